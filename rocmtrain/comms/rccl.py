@@ -1,0 +1,388 @@
+"""Turn an :class:`~rocmtrain.config.rccl.RcclConfig` into environment variables, validated and logged.
+
+RCCL (and NCCL) read each knob once, when the first communicator is created, so this runs in every rank
+*before* ``init_process_group`` (the strategy's ``setup_environment`` calls it; ranks started by Slurm
+run the same code):
+
+    from rocmtrain.comms.rccl import apply_rccl_config, plan_rccl_env
+    plan_rccl_env(cfg.rccl)                      # pure: {"NCCL_PROTO": "LL,Simple", ...} for dry runs
+    apply_rccl_config(cfg.rccl, run_dir=run_dir)  # sets them; logs "NAME: old -> new"
+
+Rules: a field left ``None`` sets nothing (RCCL keeps its own tuning; setting ``NCCL_PROTO``/``NCCL_ALGO``
+at all disables RCCL's MI300 heuristic); a value the user already exported wins unless ``cfg.force``;
+an invalid value (``protocol="LL64"``) raises ``ValueError`` naming the field, the value and the allowed
+set before anything is launched; version-gated knobs are skipped with a warning when the running RCCL
+does not read them; ``~/.rccl.conf`` and ``/etc/rccl.conf`` are reported because RCCL reads them too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from rocmtrain import platform
+from rocmtrain.comms import registry
+from rocmtrain.comms.env import apply_env
+from rocmtrain.config.rccl import RcclConfig
+
+log = logging.getLogger(__name__)
+
+#: RcclConfig field → env var (NCCL/RCCL/HIP side, what rccl-tests also understands)
+COLLECTIVE_FIELDS: dict[str, str] = {
+    "protocol": "NCCL_PROTO",
+    "algorithm": "NCCL_ALGO",
+    "override_protocol": "RCCL_OVERRIDE_PROTO",
+    "override_algorithm": "RCCL_OVERRIDE_ALGO",
+    "ll128_force_enable": "RCCL_LL128_FORCE_ENABLE",
+    "min_channels": "NCCL_MIN_NCHANNELS",
+    "max_channels": "NCCL_MAX_NCHANNELS",
+    "buffsize_bytes": "NCCL_BUFFSIZE",
+    "ll_buffsize_bytes": "NCCL_LL_BUFFSIZE",
+    "ll128_buffsize_bytes": "NCCL_LL128_BUFFSIZE",
+    "p2p_ll_threshold_bytes": "NCCL_P2P_LL_THRESHOLD",
+    "p2p_net_threshold_bytes": "RCCL_P2P_NET_THRESHOLD",
+    "intranet_threshold_bytes": "RCCL_INTRANET_THRESHOLD",
+    "msccl_enable": "RCCL_MSCCL_ENABLE",
+    "mscclpp_enable": "RCCL_MSCCLPP_ENABLE",
+    "cumem_enable": "NCCL_CUMEM_ENABLE",
+    "ib_hca": "NCCL_IB_HCA",
+    "ib_gid_index": "NCCL_IB_GID_INDEX",
+    "ib_timeout": "NCCL_IB_TIMEOUT",
+    "ib_retry_cnt": "NCCL_IB_RETRY_CNT",
+    "socket_ifname": "NCCL_SOCKET_IFNAME",
+    "net_gdr_level": "NCCL_NET_GDR_LEVEL",
+    "cross_nic": "NCCL_CROSS_NIC",
+    "debug": "NCCL_DEBUG",
+    "debug_subsys": "NCCL_DEBUG_SUBSYS",
+    "debug_file": "NCCL_DEBUG_FILE",
+    "gpu_max_hw_queues": "GPU_MAX_HW_QUEUES",
+}
+#: RcclConfig field → env var (PyTorch ProcessGroupNCCL side)
+PG_FIELDS: dict[str, str] = {
+    "high_priority_streams": "TORCH_NCCL_HIGH_PRIORITY",
+    "async_error_handling": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "blocking_wait": "TORCH_NCCL_BLOCKING_WAIT",
+    "enable_monitoring": "TORCH_NCCL_ENABLE_MONITORING",
+    "heartbeat_timeout_seconds": "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+    "desync_debug": "TORCH_NCCL_DESYNC_DEBUG",
+    "flight_recorder_entries": "TORCH_FR_BUFFER_SIZE",
+    "dump_on_timeout": "TORCH_NCCL_DUMP_ON_TIMEOUT",
+    "flight_recorder_dump_prefix": "TORCH_FR_DUMP_TEMP_FILE",
+}
+#: new flight-recorder names → the names PyTorch < 2.7 reads
+_OLD_FR_NAMES = {
+    "TORCH_FR_BUFFER_SIZE": "TORCH_NCCL_TRACE_BUFFER_SIZE",
+    "TORCH_FR_DUMP_TEMP_FILE": "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+}
+_HINTS = {f.name: str(f.type) for f in fields(RcclConfig)}
+RCCL_CONF_FILES = (Path("~/.rccl.conf"), Path("/etc/rccl.conf"))
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "debug": ("VERSION", "WARN", "INFO", "ABORT", "TRACE"),
+    "net_gdr_level": ("LOC", "PIX", "PXB", "PHB", "SYS", "0", "1", "2", "3", "4", "5"),
+}
+_RANGES: dict[str, tuple[int, int]] = {
+    "min_channels": (1, 256),
+    "max_channels": (1, 256),
+    "ib_gid_index": (0, 255),
+    "ib_timeout": (1, 31),
+    "ib_retry_cnt": (0, 7),
+    "cross_nic": (0, 2),
+    "async_error_handling": (0, 3),
+    "gpu_max_hw_queues": (1, 32),
+}
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What the gates need to know: RCCL (ROCm) or NCCL (CUDA) or neither, and the library version."""
+
+    rocm: bool | None
+    """True: RCCL reads the knobs; False: NVIDIA NCCL; None: unknown (CPU build)."""
+    version: tuple[int, ...] | None
+
+    @classmethod
+    def detect(cls) -> Platform:
+        if platform.is_rocm():
+            return cls(True, platform.nccl_version())
+        if platform.is_cuda_build():
+            return cls(False, platform.nccl_version())
+        return cls(None, None)
+
+
+def as_rccl_config(cfg: Any) -> RcclConfig:
+    """Accept an RcclConfig, an OmegaConf DictConfig or a plain mapping; unknown keys are an error."""
+    if isinstance(cfg, RcclConfig):
+        return cfg
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            cfg = OmegaConf.to_container(cfg, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf ships with hydra-core
+        pass
+    if isinstance(cfg, Mapping):
+        known = {f.name for f in fields(RcclConfig)}
+        unknown = sorted(set(cfg) - known)
+        if unknown:
+            raise ValueError(f"rccl: unknown field(s) {unknown}; known fields: {sorted(known)}")
+        return RcclConfig(**dict(cfg))
+    raise TypeError(f"rccl: expected RcclConfig or a mapping, got {type(cfg).__name__}")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _canonical(name: str, value: Any) -> str:
+    """Spell validated values the way the libraries document them (``ll,simple`` → ``LL,Simple``)."""
+    if name in ("protocol", "override_protocol", "algorithm", "override_algorithm"):
+        allowed = (
+            registry.PROTO_TOKENS
+            if "protocol" in name
+            else (registry.ALGO_TOKENS + registry.ALGO_TOKENS_OTHER)
+        )
+        toks = registry.parse_token_list(value, field=name, allowed=allowed)
+        return ("^" if toks[0] == "^" else "") + ",".join(t for t in toks if t != "^")
+    if name == "debug":
+        return str(value).upper()
+    return _fmt(value)
+
+
+def _validate(cfg: RcclConfig, plat: Platform) -> tuple[list[str], list[str]]:
+    """Return (errors, warnings) for ``cfg``; errors name the field, the value and the fix."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    cfg = replace(cfg)  # type errors below blank a field in this copy only
+    for f in fields(RcclConfig):
+        value, hint = getattr(cfg, f.name), _HINTS[f.name]
+        for kind in (bool, int, float, str):
+            if value is not None and hint.startswith(kind.__name__):
+                ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+                if kind is float:
+                    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if not ok:
+                    errors.append(f"rccl.{f.name}={value!r}: expected {kind.__name__}")
+                    setattr(cfg, f.name, None)
+                break
+
+    def tokens(name: str, allowed: tuple[str, ...], *, single: bool = False) -> None:
+        value = getattr(cfg, name)
+        if value is None:
+            return
+        try:
+            toks = registry.parse_token_list(
+                value, field=f"rccl.{name}", allowed=allowed, allow_exclude=not single
+            )
+        except ValueError as exc:
+            errors.append(str(exc))
+            return
+        if single and len(toks) != 1:
+            errors.append(f"rccl.{name}={value!r}: give exactly one of {', '.join(allowed)}")
+
+    tokens("protocol", registry.PROTO_TOKENS)
+    tokens("override_protocol", registry.PROTO_TOKENS, single=True)
+    algos = registry.ALGO_TOKENS + registry.ALGO_TOKENS_OTHER
+    tokens("algorithm", algos)
+    tokens("override_algorithm", algos, single=True)
+    for name in ("algorithm", "override_algorithm"):
+        value = getattr(cfg, name)
+        if (
+            value
+            and plat.rocm
+            and any(t.lower() in str(value).lower() for t in registry.ALGO_TOKENS_OTHER)
+        ):
+            warnings.append(f"rccl.{name}={value!r}: only Ring and Tree are usable on AMD")
+    for name, choices in _CHOICES.items():
+        value = getattr(cfg, name)
+        if value is not None and str(value).upper() not in choices:
+            errors.append(f"rccl.{name}={value!r}: allowed values are {', '.join(choices)}")
+    for name, (lo, hi) in _RANGES.items():
+        value = getattr(cfg, name)
+        if value is not None and not lo <= int(value) <= hi:
+            errors.append(f"rccl.{name}={value!r}: must be between {lo} and {hi}")
+    for name in (
+        "buffsize_bytes",
+        "ll_buffsize_bytes",
+        "ll128_buffsize_bytes",
+        "p2p_ll_threshold_bytes",
+        "p2p_net_threshold_bytes",
+        "intranet_threshold_bytes",
+        "heartbeat_timeout_seconds",
+    ):
+        value = getattr(cfg, name)
+        if value is not None and int(value) <= 0:
+            errors.append(f"rccl.{name}={value!r}: must be a positive integer")
+    if cfg.min_channels and cfg.max_channels and cfg.min_channels > cfg.max_channels:
+        errors.append(
+            f"rccl.min_channels={cfg.min_channels} > rccl.max_channels="
+            f"{cfg.max_channels}: lower min_channels or raise max_channels"
+        )
+    for name in ("init_timeout_seconds", "train_timeout_seconds"):
+        if not getattr(cfg, name) > 0:
+            errors.append(f"rccl.{name}={getattr(cfg, name)!r}: must be > 0 seconds")
+    if cfg.flight_recorder_entries < 0:
+        errors.append(
+            f"rccl.flight_recorder_entries={cfg.flight_recorder_entries}: must be >= 0 "
+            "(0 disables the flight recorder)"
+        )
+    if cfg.dump_on_timeout and cfg.async_error_handling not in (None, 3):
+        warnings.append(
+            f"rccl.dump_on_timeout needs async_error_handling=3 for flight-recorder "
+            f"dumps; it is {cfg.async_error_handling}"
+        )
+    typed = {**COLLECTIVE_FIELDS, **PG_FIELDS}
+    by_env = {env: f for f, env in typed.items()}
+    for key, value in cfg.extra_env.items():
+        entry = registry.lookup(key)
+        if entry is not None and entry.status in ("fabricated", "dead"):
+            errors.append(f"rccl.extra_env.{key}: {registry.describe(entry)}")
+        elif key in by_env:
+            errors.append(f"rccl.extra_env.{key}={value!r}: use the typed field rccl.{by_env[key]}")
+        elif entry is not None and entry.status == "legacy":
+            warnings.append(f"rccl.extra_env.{key}: {registry.describe(entry)}")
+    return errors, warnings
+
+
+def validate_rccl_config(cfg: RcclConfig, *, plat: Platform | None = None) -> list[str]:
+    """Raise ``ValueError`` listing every invalid field; return the warnings."""
+    errors, warnings = _validate(cfg, plat or Platform.detect())
+    if errors:
+        raise ValueError("invalid rccl config:\n  " + "\n  ".join(errors))
+    return warnings
+
+
+def _gate(env: dict[str, str], plat: Platform, warnings: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in env.items():
+        if name.startswith("RCCL_") and plat.rocm is False:
+            warnings.append(f"{name} skipped: read only by RCCL; this is an NVIDIA NCCL build")
+            continue
+        entry = registry.lookup(name)
+        gated = entry is not None and (entry.min_version or entry.removed_in)
+        if gated and plat.rocm:
+            problem = registry.version_problem(name, plat.version)
+            if problem:
+                warnings.append(f"{problem}: not set")
+                continue
+            if plat.version is None:
+                warnings.append(f"{name}: RCCL version unknown, cannot check its version gate; set")
+        elif gated and plat.rocm is None:
+            warnings.append(
+                f"{name}: RCCL version unknown (no RCCL in this build, e.g. CPU); its "
+                "version gate is not checked; set anyway"
+            )
+        out[name] = value
+    return out
+
+
+def plan_rccl_env(
+    cfg: Any,
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    plat: Platform | None = None,
+    collective_only: bool = False,
+    warnings: list[str] | None = None,
+) -> dict[str, str]:
+    """What :func:`apply_rccl_config` would set (pure; raises ValueError on an invalid config).
+
+    ``collective_only`` drops the PyTorch process-group variables (what rccl-tests sweeps use).
+    ``warnings`` (a list) collects the validation and version-gate warnings.
+    """
+    cfg = as_rccl_config(cfg)
+    plat = plat or Platform.detect()
+    warns = validate_rccl_config(cfg, plat=plat)
+    env: dict[str, str] = {}
+    for name, var in COLLECTIVE_FIELDS.items():
+        value = getattr(cfg, name)
+        if value is not None:
+            env[var] = _canonical(name, value)
+    env.update({k: _fmt(v) for k, v in cfg.extra_env.items()})
+    if not collective_only:
+        pg = {var: getattr(cfg, name) for name, var in PG_FIELDS.items()}
+        if pg["TORCH_FR_DUMP_TEMP_FILE"] is None and run_dir is not None:
+            pg["TORCH_FR_DUMP_TEMP_FILE"] = str(Path(run_dir) / "flight_recorder" / "rank_")
+        if platform.torch_version() < (2, 7):
+            pg = {_OLD_FR_NAMES.get(k, k): v for k, v in pg.items()}
+        env.update({k: _fmt(v) for k, v in pg.items() if v is not None})
+    if cfg.protocol is not None or cfg.algorithm is not None:
+        warns.append(
+            "NCCL_PROTO/NCCL_ALGO set: RCCL's own MI300 protocol/algorithm heuristic is "
+            "disabled (leave them unset unless a sweep shows a gain)"
+        )
+    env = _gate(env, plat, warns)
+    if warnings is not None:
+        warnings.extend(warns)
+    return env
+
+
+def read_rccl_conf(paths: tuple[Path, ...] = RCCL_CONF_FILES) -> dict[Path, dict[str, str]]:
+    """``NAME=VALUE`` lines of the RCCL config files present (RCCL applies them too)."""
+    found: dict[Path, dict[str, str]] = {}
+    for path in paths:
+        path = path.expanduser()
+        if not path.is_file():
+            continue
+        values: dict[str, str] = {}
+        for line in path.read_text(errors="replace").splitlines():
+            line = line.strip()
+            if line and not line.startswith("#") and "=" in line:
+                key, _, value = line.partition("=")
+                values[key.strip()] = value.strip()
+        found[path] = values
+    return found
+
+
+def apply_rccl_config(
+    cfg: Any,
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    environ: MutableMapping[str, str] | None = None,
+    plat: Platform | None = None,
+    conf_files: tuple[Path, ...] = RCCL_CONF_FILES,
+) -> dict[str, tuple[str | None, str | None]]:
+    """Validate ``cfg`` and set its env vars (call before the process group exists).
+
+    Returns ``{NAME: (old, new)}`` for what changed. ``environ`` defaults to ``os.environ``.
+    """
+    cfg = as_rccl_config(cfg)
+    env_now = os.environ if environ is None else environ
+    plat = plat or Platform.detect()
+    warnings: list[str] = []
+    planned = plan_rccl_env(cfg, run_dir=run_dir, plat=plat, warnings=warnings)
+    for finding in registry.check_environment(
+        dict(env_now), rccl_version=plat.version, rocm=plat.rocm
+    ):
+        if finding.severity == "error":
+            raise ValueError(f"environment: {finding.message}")
+        warnings.append(f"environment: {finding.message}")
+    for path, values in read_rccl_conf(conf_files).items():
+        log.warning(
+            "RCCL also reads %s (it applies these): %s",
+            path,
+            ", ".join(f"{k}={v}" for k, v in values.items()) or "(no settings)",
+        )
+        for key in values:
+            finding = registry.check_name(key, where=str(path))
+            if finding is not None:
+                warnings.append(finding.message)
+    for text in warnings:
+        log.warning("rccl: %s", text)
+    if plat.version is not None:
+        lib = "RCCL" if plat.rocm else "NCCL"
+        log.info("rccl: %s %s", lib, ".".join(map(str, plat.version)))
+    changes = apply_env(planned, force=cfg.force, source="rccl config", environ=environ)
+    prefix = planned.get("TORCH_FR_DUMP_TEMP_FILE") or planned.get(
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
+    )
+    if prefix and (
+        "TORCH_FR_DUMP_TEMP_FILE" in changes or "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" in changes
+    ):
+        Path(prefix).parent.mkdir(parents=True, exist_ok=True)
+    return changes
