@@ -1,0 +1,263 @@
+"""``TableBatchedEmbeddingBags``: pooled lookups over many tables with the optimizer fused in backward.
+
+Usage::
+
+    from rocmtrain.kernels import OptimizerSpec, TableBatchedEmbeddingBags
+    tbe = TableBatchedEmbeddingBags(
+        [(1_000_000, 128), (5_000, 64)], feature_table_map=[0, 0, 1],
+        optimizer=OptimizerSpec(kind="rowwise_adagrad", lr=0.01), device="cuda")
+    out = tbe(kjt.values(), kjt.offsets())       # [B, 128 + 128 + 64]
+    loss(out).backward()                         # updates tbe.weights in place, no .grad
+
+Backends: ``"triton"`` (GPU kernels of this package; on CPU only under ``TRITON_INTERPRET=1``),
+``"torch"`` (pure-torch reference, same semantics), ``"auto"`` (triton on a GPU, torch on CPU).
+Shapes and the jagged layout: :mod:`rocmtrain.kernels.layout`. Semantics: ``KERNELS.md``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from . import reference
+from .layout import TBELayout
+from .optim import OptimizerSpec, state_numel
+
+Pooling = Literal["sum", "mean"]
+BackendName = Literal["auto", "triton", "torch"]
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _resolve_backend(backend: str, device: torch.device) -> str:
+    if backend not in ("auto", "triton", "torch"):
+        raise ValueError(f"backend={backend!r}: use 'auto', 'triton' or 'torch'")
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    if backend == "auto":
+        return "triton" if device.type == "cuda" else "torch"
+    if backend == "triton" and device.type != "cuda" and not interpret:
+        raise ValueError(
+            f"backend='triton' on device {device}: Triton needs a GPU; on CPU set "
+            "TRITON_INTERPRET=1 (slow, for tests) or use backend='torch'"
+        )
+    return backend
+
+
+class _TBEFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, module, anchor, indices, offsets, psw):  # type: ignore[override]
+        ctx.module = module
+        ctx.save_for_backward(indices, offsets, psw)
+        ctx.has_psw = psw is not None
+        return module._forward_impl(indices, offsets, psw)
+
+    @staticmethod
+    def backward(ctx, grad_out):  # type: ignore[override]
+        indices, offsets, psw = ctx.saved_tensors
+        need_psw_grad = ctx.has_psw and ctx.needs_input_grad[4]
+        dpsw = ctx.module._backward_impl(grad_out, indices, offsets, psw, need_psw_grad)
+        return None, None, None, None, dpsw
+
+
+class TableBatchedEmbeddingBags(nn.Module):
+    """Pooled embedding bags over many tables in one flat buffer, with a fused sparse optimizer.
+
+    ``forward(indices, offsets, per_sample_weights=None) -> [B, sum_f D_f]`` takes a
+    KeyedJaggedTensor's ``values()`` and ``offsets()`` (key-major, ``F*B + 1`` offsets, int32 or
+    int64). ``backward`` updates the touched rows of ``weights`` in place (EXACT SGD, rowwise
+    Adagrad or Adam, fp32 state) and returns the gradient of ``per_sample_weights``; ``weights``
+    never receives a ``.grad``. Under ``torch.no_grad()`` or without ``backward`` nothing changes.
+    """
+
+    def __init__(
+        self,
+        tables: Sequence[tuple[int, int]],
+        *,
+        feature_table_map: Sequence[int] | None = None,
+        optimizer: OptimizerSpec = OptimizerSpec(),  # noqa: B008 (frozen dataclass)
+        weights_dtype: torch.dtype = torch.float32,
+        output_dtype: torch.dtype = torch.float32,
+        pooling: Pooling = "sum",
+        backend: BackendName = "auto",
+        bounds_check: bool = True,
+        deterministic: bool = False,
+        stochastic_rounding: bool = True,
+        seed: int = 0,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        self.layout = TBELayout.build(tables, feature_table_map=feature_table_map)
+        if weights_dtype not in _DTYPES:
+            raise ValueError(f"weights_dtype={weights_dtype}: use one of {_DTYPES}")
+        if output_dtype not in _DTYPES:
+            raise ValueError(f"output_dtype={output_dtype}: use one of {_DTYPES}")
+        if pooling not in ("sum", "mean"):
+            raise ValueError(f"pooling={pooling!r}: use 'sum' or 'mean'")
+        if not isinstance(optimizer, OptimizerSpec):
+            raise TypeError(f"optimizer must be an OptimizerSpec, got {type(optimizer).__name__}")
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        self.optimizer = optimizer
+        self.output_dtype = output_dtype
+        self.pooling = pooling
+        self.backend_name = backend
+        _resolve_backend(backend, device)  # validate now, resolve per call (module may move)
+        self.bounds_check = bounds_check
+        self.deterministic = deterministic
+        self.stochastic_rounding = stochastic_rounding
+        self.seed = int(seed)
+        self.step = 0  #: optimizer steps applied (Adam bias correction, rounding noise stream)
+        lay = self.layout
+        gen = torch.Generator(device=device).manual_seed(self.seed)
+        w = torch.empty(lay.total_weights, dtype=torch.float32, device=device)
+        for t in range(lay.num_tables):  # torchrec's default init: U(-sqrt(1/rows), sqrt(1/rows))
+            bound = (1.0 / lay.table_rows[t]) ** 0.5
+            lo, hi = lay.weights_offsets[t], lay.weights_offsets[t + 1]
+            w[lo:hi].uniform_(-bound, bound, generator=gen)
+        self.weights = nn.Parameter(w.to(weights_dtype), requires_grad=False)
+        for name in optimizer.state_names:
+            numel = sum(
+                state_numel(optimizer, r, d) for r, d in zip(lay.table_rows, lay.table_dims)
+            )
+            self.register_buffer(name, torch.zeros(numel, dtype=torch.float32, device=device))
+
+    # ------------------------------------------------------------------ public API
+    def forward(
+        self,
+        indices: torch.Tensor,
+        offsets: torch.Tensor,
+        per_sample_weights: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        self._check_args(indices, offsets, per_sample_weights)
+        if self.bounds_check:
+            reference.check_inputs(self.layout, indices, offsets)
+        if torch.is_grad_enabled():
+            anchor = torch.empty(0, device=self.weights.device, requires_grad=True)
+            return _TBEFunction.apply(self, anchor, indices, offsets, per_sample_weights)
+        return self._forward_impl(indices, offsets, per_sample_weights)
+
+    def split_embedding_weights(self) -> list[torch.Tensor]:
+        """Per-table ``[rows, D]`` views into :attr:`weights` (writes go to the module)."""
+        lay = self.layout
+        return [
+            self.weights.data[lay.weights_offsets[t] : lay.weights_offsets[t + 1]].view(
+                lay.table_rows[t], lay.table_dims[t]
+            )
+            for t in range(lay.num_tables)
+        ]
+
+    def split_optimizer_states(self) -> list[dict[str, torch.Tensor]]:
+        """Per-table fp32 optimizer state views: ``{"momentum": [rows]}`` for rowwise Adagrad,
+        ``{"exp_avg": [rows, D], "exp_avg_sq": [rows, D]}`` for Adam, ``{}`` for SGD."""
+        lay = self.layout
+        out: list[dict[str, torch.Tensor]] = []
+        for t in range(lay.num_tables):
+            rows, dim = lay.table_rows[t], lay.table_dims[t]
+            d: dict[str, torch.Tensor] = {}
+            for name in self.optimizer.state_names:
+                buf = getattr(self, name)
+                if self.optimizer.kind == "rowwise_adagrad":
+                    d[name] = buf[lay.row_offsets[t] : lay.row_offsets[t + 1]]
+                else:
+                    lo, hi = lay.weights_offsets[t], lay.weights_offsets[t + 1]
+                    d[name] = buf[lo:hi].view(rows, dim)
+            out.append(d)
+        return out
+
+    def states(self) -> dict[str, torch.Tensor]:
+        """The flat fp32 optimizer buffers by name."""
+        return {name: getattr(self, name) for name in self.optimizer.state_names}
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"step": self.step, "seed": self.seed}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.seed = int(state["seed"])
+
+    def extra_repr(self) -> str:
+        lay = self.layout
+        return (
+            f"tables={list(zip(lay.table_rows, lay.table_dims))}, features={lay.num_features}, "
+            f"optimizer={self.optimizer.kind}, weights_dtype={self.weights.dtype}, "
+            f"pooling={self.pooling}, backend={self.backend_name}"
+        )
+
+    # ------------------------------------------------------------------ internals
+    @property
+    def backend(self) -> str:
+        """The backend used on the module's current device."""
+        return _resolve_backend(self.backend_name, self.weights.device)
+
+    def _check_args(self, indices, offsets, psw) -> None:
+        dev = self.weights.device
+        for name, t in (("indices", indices), ("offsets", offsets)):
+            if t.dtype not in (torch.int32, torch.int64):
+                raise TypeError(f"{name} must be int32 or int64, got {t.dtype}")
+            if t.device != dev:
+                raise ValueError(f"{name} is on {t.device} but the weights are on {dev}")
+            if t.dim() != 1:
+                raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
+        self.layout.batch_size(offsets)
+        if psw is not None:
+            if psw.shape != indices.shape:
+                raise ValueError(
+                    f"per_sample_weights has shape {tuple(psw.shape)}; it needs one weight per "
+                    f"index, shape {tuple(indices.shape)}"
+                )
+            if not psw.is_floating_point() or psw.device != dev:
+                raise ValueError(f"per_sample_weights must be a float tensor on {dev}")
+
+    def _forward_impl(self, indices, offsets, psw) -> torch.Tensor:
+        if self.backend == "triton":
+            from .tbe_forward import forward as triton_forward
+
+            return triton_forward(
+                self.layout,
+                self.weights.data,
+                indices,
+                offsets,
+                psw,
+                pooling=self.pooling,
+                output_dtype=self.output_dtype,
+            )
+        return reference.forward(
+            self.layout,
+            self.weights.data,
+            indices,
+            offsets,
+            psw,
+            pooling=self.pooling,
+            output_dtype=self.output_dtype,
+        )
+
+    def _backward_impl(self, grad_out, indices, offsets, psw, need_psw_grad):
+        self.step += 1
+        seed = (self.seed * 1_000_003 + self.step) % (2**31 - 1)
+        sr = self.stochastic_rounding and self.weights.dtype != torch.float32
+        kw = dict(
+            pooling=self.pooling,
+            spec=self.optimizer,
+            step=self.step,
+            stochastic_rounding=sr,
+            need_psw_grad=need_psw_grad,
+            deterministic=self.deterministic,
+        )
+        if self.backend == "triton":
+            from .tbe_backward import backward_update as triton_backward
+
+            dpsw = triton_backward(
+                self.layout, self.weights.data, self.states(), grad_out, indices, offsets,
+                psw, seed=seed, **kw,
+            )  # fmt: skip
+        else:
+            gen = torch.Generator(device=self.weights.device).manual_seed(seed)
+            dpsw = reference.backward_update(
+                self.layout, self.weights.data, self.states(), grad_out, indices, offsets,
+                psw, generator=gen, **kw,
+            )  # fmt: skip
+        if dpsw is not None and psw is not None:
+            dpsw = dpsw.to(psw.dtype)
+        return dpsw
