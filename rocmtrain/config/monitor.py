@@ -1,4 +1,11 @@
-"""Device monitoring / profiling schema (owner: diagnostics). Stub; diagnostics fleshes it out."""
+"""Device monitoring / profiling schema (owner: diagnostics).
+
+``monitor.*`` keys configure :func:`rocmtrain.diagnostics.monitor.build_callbacks`; the root field
+``profile=true`` switches the profiler window below on. Example::
+
+    python -m rocmtrain recipe=dlrm_cpu monitor.interval_seconds=0.5 monitor.png=false
+    python -m rocmtrain recipe=dlrm_mi300 profile=true monitor.profiler_active_steps=5
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,60 @@ from dataclasses import dataclass
 
 @dataclass
 class MonitorConfig:
-    """Per-device utilisation/memory/power monitoring and step-time statistics."""
+    """Per-device utilisation/memory/power monitoring, step-time statistics and the profiler window."""
 
     enabled: bool = True
-    """Attach the device-monitor callback."""
+    """Attach the device-monitor + step-time callback."""
+
+    interval_seconds: float = 1.0
+    """Seconds between device samples (a background thread reads amdsmi / NVML / nvidia-smi)."""
+
+    log_every_n_steps: int = 10
+    """Log step-time and device metrics to the Lightning loggers every N training steps."""
+
+    warmup_steps: int = 2
+    """Steps excluded from the step-time statistics (compilation, allocator and cache warm-up)."""
+
+    memory_headroom_fraction: float = 0.10
+    """Fraction of device memory that should stay free; the monitor and ``doctor`` warn below it."""
+
+    png: bool = True
+    """Write ``<run_dir>/monitor/monitor.png`` (step time and memory over time) at the end of fit."""
+
+    sync_cuda: bool = False
+    """Synchronize the GPU at each step end so step times are exact (costs throughput; debugging)."""
+
+    profiler_wait_steps: int = 5
+    """``profile=true``: steps to skip before the profiler starts warming up."""
+
+    profiler_warmup_steps: int = 2
+    """``profile=true``: profiled-but-discarded steps before recording."""
+
+    profiler_active_steps: int = 3
+    """``profile=true``: steps recorded into the trace and the top-kernels table."""
+
+    profiler_record_shapes: bool = False
+    """``profile=true``: record operator input shapes (bigger trace)."""
+
+    profiler_top_k: int = 25
+    """``profile=true``: rows in the top-kernels table."""
+
+    def __post_init__(self) -> None:
+        checks = {
+            "interval_seconds": self.interval_seconds > 0,
+            "log_every_n_steps": self.log_every_n_steps >= 1,
+            "warmup_steps": self.warmup_steps >= 0,
+            "memory_headroom_fraction": 0.0 <= self.memory_headroom_fraction < 1.0,
+            "profiler_wait_steps": self.profiler_wait_steps >= 0,
+            "profiler_warmup_steps": self.profiler_warmup_steps >= 0,
+            "profiler_active_steps": self.profiler_active_steps >= 1,
+            "profiler_top_k": self.profiler_top_k >= 1,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            values = ", ".join(f"monitor.{n}={getattr(self, n)!r}" for n in bad)
+            raise ValueError(
+                f"invalid monitor config: {values}; need interval_seconds > 0, "
+                "log_every_n_steps >= 1, 0 <= memory_headroom_fraction < 1, "
+                "profiler_active_steps >= 1, other step counts >= 0"
+            )
