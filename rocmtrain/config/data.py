@@ -1,0 +1,158 @@
+"""Data schema (owner: data): which data a run reads and how it is batched and sharded.
+
+Set from YAML (``configs/data/<kind>.yaml``) or the command line, e.g.::
+
+    python -m rocmtrain data=criteo_tsv data.path=/data/criteo/day_0 data.batch_size=4096
+
+Values are checked once, when :func:`rocmtrain.data.build_datamodule` builds the data
+(:meth:`DataConfig.validate`), so composing or dry-running a recipe never needs the data files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_KINDS = ("synthetic", "criteo_tsv", "criteo_npy")
+FILE_FORMATS = ("auto", "tsv", "csv")
+
+
+class DataConfigError(ValueError):
+    """A ``data.*`` value is unusable; the message names the field, the value and the fix."""
+
+
+@dataclass
+class DataConfig:
+    """Data source, per-rank batching, sharding and the synthetic planted signal."""
+
+    kind: str = "synthetic"
+    """``"synthetic"`` (generated, planted learnable signal), ``"criteo_tsv"`` (raw Criteo rows:
+    tab-separated Kaggle/1TB layout or CSV with a ``label,I1..,C1..`` header) or ``"criteo_npy"``
+    (TorchRec's preprocessed ``day_X_{dense,sparse,labels}.npy``)."""
+
+    path: str | None = None
+    """Criteo kinds: the training data. ``criteo_tsv``: one file or a folder of ``*.tsv``,
+    ``*.txt``, ``*.csv`` files (read in name order). ``criteo_npy``: a folder holding
+    ``day_<X>_dense.npy``, ``day_<X>_sparse.npy``, ``day_<X>_labels.npy``. Unused by synthetic."""
+
+    val_path: str | None = None
+    """Optional separate validation data (same layout as ``path``). When unset, the last
+    ``val_fraction`` of the rows of ``path`` (in file order) is held out for validation."""
+
+    days: list[int] | None = None
+    """``criteo_npy`` only: which ``day_<X>`` files to read from ``path``; ``None`` = every day
+    found, in numeric order."""
+
+    file_format: str = "auto"
+    """``criteo_tsv`` only: ``"tsv"`` (no header, tab-separated), ``"csv"`` (comma-separated,
+    header line ``label,I1,...,C26``) or ``"auto"`` (a first line starting with ``label`` means CSV)."""
+
+    max_rows: int | None = None
+    """Criteo kinds: read at most this many rows of ``path`` (``None`` = all)."""
+
+    val_fraction: float = 0.1
+    """Criteo kinds without ``val_path``: fraction of rows (the last ones) used for validation,
+    in ``[0, 1)``; 0 disables validation."""
+
+    mmap: bool = True
+    """``criteo_npy`` only: memory-map the ``.npy`` files instead of loading them into memory."""
+
+    batch_size: int = 512
+    """Samples per batch PER RANK (global batch = ``batch_size * world_size``)."""
+
+    num_train_batches: int = 100
+    """Synthetic only: training batches per rank per epoch."""
+
+    num_val_batches: int = 10
+    """Synthetic only: validation batches per rank."""
+
+    shuffle: bool = True
+    """Reshuffle the training order every epoch (seeded: the same on every rank and on resume)."""
+
+    drop_last: bool = True
+    """Criteo kinds: drop the training rows that do not fill a whole batch on every rank. When
+    false they are spread over the ranks (last batches differ by at most one row between ranks).
+    Validation never drops rows."""
+
+    num_workers: int = 0
+    """DataLoader worker processes per rank (0 = load in the training process, best on small CPUs:
+    batches are vectorised tensor slices)."""
+
+    pin_memory: bool = False
+    """Pin host batches for faster host-to-GPU copies (GPU runs)."""
+
+    seed: int | None = None
+    """Data seed (synthetic data, shuffling). ``None`` = the run's ``seed``."""
+
+    signal_strength: float = 1.0
+    """Synthetic only: scale of the hidden logit (0 = labels are pure noise at ``base_ctr``;
+    1 gives a Bayes-optimal AUC of about 0.9)."""
+
+    num_signal_dense: int = 3
+    """Synthetic only: how many dense features drive the hidden logit."""
+
+    num_signal_sparse: int = 4
+    """Synthetic only: how many categorical features drive the hidden logit (through a hidden
+    +/-1 effect per id, averaged over the multi-hot ids of a sample)."""
+
+    zipf_exponent: float = 1.05
+    """Synthetic only: id popularity follows a power law ``P(id) ~ (id+1)^-exponent`` over each
+    table (0 = uniform). Popular ids recur, so their hidden effect is learnable."""
+
+    base_ctr: float = 0.25
+    """Synthetic only: mean click rate (the hidden bias is calibrated to it; Criteo's is ~0.25)."""
+
+    def validate(self) -> None:
+        """Check values and files; raise :class:`DataConfigError` naming field, value and fix."""
+        if self.kind not in DATA_KINDS:
+            _fail("kind", self.kind, f"choose one of {', '.join(DATA_KINDS)}")
+        positive = {"batch_size": self.batch_size}
+        if self.kind == "synthetic":
+            positive |= {
+                "num_train_batches": self.num_train_batches,
+                "num_val_batches": self.num_val_batches,
+            }
+        for name, value in positive.items():
+            if not isinstance(value, int) or value < 1:
+                _fail(name, value, "use a positive integer")
+        if self.num_workers < 0:
+            _fail("num_workers", self.num_workers, "use 0 (main process) or a positive count")
+        if not 0.0 <= self.val_fraction < 1.0:
+            _fail("val_fraction", self.val_fraction, "use a fraction in [0, 1), e.g. 0.1")
+        if self.max_rows is not None and self.max_rows < 1:
+            _fail("max_rows", self.max_rows, "use a positive row count or null for all rows")
+        if self.file_format not in FILE_FORMATS:
+            _fail("file_format", self.file_format, f"choose one of {', '.join(FILE_FORMATS)}")
+        if self.signal_strength < 0:
+            _fail("signal_strength", self.signal_strength, "use a value >= 0 (1.0 is the default)")
+        if not 0.0 < self.base_ctr < 1.0:
+            _fail("base_ctr", self.base_ctr, "use a click rate strictly between 0 and 1")
+        if self.zipf_exponent < 0:
+            _fail("zipf_exponent", self.zipf_exponent, "use 0 (uniform) or a positive exponent")
+        for name in ("num_signal_dense", "num_signal_sparse"):
+            if getattr(self, name) < 0:
+                _fail(name, getattr(self, name), "use 0 or a positive count")
+        if self.kind != "synthetic":
+            self._validate_paths()
+
+    def _validate_paths(self) -> None:
+        if not self.path:
+            _fail(
+                "path",
+                self.path,
+                f"data.kind={self.kind} reads files: set data.path=/path/to/criteo "
+                "(or use data=synthetic)",
+            )
+        for name in ("path", "val_path"):
+            value = getattr(self, name)
+            if value is not None and not Path(value).expanduser().exists():
+                _fail(
+                    name,
+                    value,
+                    f"no such file or folder; point data.{name} at existing Criteo data "
+                    "(or use data=synthetic)",
+                )
+
+
+def _fail(field: str, value: object, fix: str) -> None:
+    raise DataConfigError(f"data.{field}={value!r} is invalid: {fix}")

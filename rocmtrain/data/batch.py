@@ -1,0 +1,71 @@
+"""Build TorchRec ``Batch`` objects from per-feature id tensors, and the seeding helper.
+
+Shape legend: ``B`` samples, ``F`` categorical features, ``D`` dense features, ``L[f]`` ids per
+sample of feature ``f`` (multi-hot size; 1 for Criteo). Values are key-major::
+
+    keys      cat_0               cat_1
+    sample    s0    s1    s2      s0  s1  s2       (B=3, L=[2, 1])
+    values    a a | b b | c c     d | e | f
+    lengths   2     2     2       1   1   1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torchrec.datasets.criteo import DEFAULT_CAT_NAMES
+from torchrec.datasets.utils import Batch
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+
+def feature_keys(num_features: int) -> list[str]:
+    """The KJT keys for ``num_features`` categorical features: ``cat_0 .. cat_{F-1}``."""
+    if not 1 <= num_features <= len(DEFAULT_CAT_NAMES):
+        raise ValueError(
+            f"num_embeddings_per_feature has {num_features} entries; use 1..{len(DEFAULT_CAT_NAMES)}"
+        )
+    return list(DEFAULT_CAT_NAMES[:num_features])
+
+
+def make_batch(dense: torch.Tensor, ids: Sequence[torch.Tensor], labels: torch.Tensor) -> Batch:
+    """Pack one batch.
+
+    Args:
+        dense: float32 ``[B, D]``.
+        ids: one int64 ``[B, L[f]]`` tensor per feature (fixed multi-hot size per feature).
+        labels: ``[B]`` (converted to float32).
+    """
+    batch_size = dense.shape[0]
+    keys = feature_keys(len(ids))
+    sizes = [int(t.shape[1]) for t in ids]
+    values = torch.cat([t.reshape(-1) for t in ids]).to(torch.int64)
+    lengths = torch.cat([torch.full((batch_size,), size, dtype=torch.int32) for size in sizes])
+    length_per_key = [batch_size * size for size in sizes]
+    kjt = KeyedJaggedTensor(
+        keys=keys,
+        values=values,
+        lengths=lengths,
+        stride=batch_size,
+        length_per_key=length_per_key,
+        offset_per_key=[0, *np.cumsum(length_per_key).tolist()],
+    )
+    return Batch(
+        dense_features=dense.to(torch.float32).contiguous(),
+        sparse_features=kjt,
+        labels=labels.to(torch.float32).reshape(-1),
+    )
+
+
+def derive_seed(*parts: int) -> int:
+    """A 63-bit seed mixed from integers (data seed, split, epoch, block ...), stable across runs."""
+    state = np.random.SeedSequence([int(p) & 0xFFFFFFFFFFFFFFFF for p in parts])
+    return int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+def generator(*parts: int) -> torch.Generator:
+    """A CPU ``torch.Generator`` seeded with :func:`derive_seed` of ``parts``."""
+    gen = torch.Generator()
+    gen.manual_seed(derive_seed(*parts))
+    return gen
