@@ -1,0 +1,375 @@
+"""Criteo data: raw TSV/CSV rows and TorchRec's preprocessed ``.npy`` days.
+
+Raw rows (``data.kind=criteo_tsv``), 40 columns ``label, I1..I13, C1..C26``; empty = missing:
+
+* Kaggle/1TB layout: tab-separated, no header (``train.txt``, ``day_0``); ``.gz`` is read too;
+* CSV with a header line ``label,I1,...,C26`` (e.g. DeepCTR's ``criteo_sample.txt``).
+
+Transforms: dense ``log(1 + max(x, 0))`` (missing = 0); categorical ``int(hex, 16) % rows[f]``
+(missing = 0), the same id TorchRec's ``.npy`` pipeline gives (``BinaryCriteoUtils.tsv_to_npys``
+then ``% hashes``). Raw files are parsed once into memory; for the full 45M-row Kaggle set or the
+1TB logs, convert them with TorchRec's ``torchrec/datasets/scripts/npy_preproc_criteo.py`` and use
+
+``data.kind=criteo_npy``: ``<path>/day_<X>_dense.npy`` (float32 ``[N, 13]``, already
+log-transformed by TorchRec), ``day_<X>_sparse.npy`` (int ``[N, 26]``, raw ids, taken
+``% rows[f]`` here), ``day_<X>_labels.npy`` (int ``[N, 1]``); memory-mapped by default.
+
+Rows are concatenated in file (day) order; the last ``val_fraction`` of them validate unless
+``val_path`` is given. Sharding and resuming: :mod:`rocmtrain.data.loader`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torchrec.datasets.criteo import CAT_FEATURE_COUNT, INT_FEATURE_COUNT
+from torchrec.datasets.utils import Batch
+
+from rocmtrain.config.data import DataConfig, DataConfigError
+from rocmtrain.data.batch import generator, make_batch
+from rocmtrain.data.loader import epoch_order, rank_row_slices
+
+NUM_COLUMNS = 1 + INT_FEATURE_COUNT + CAT_FEATURE_COUNT
+TEXT_SUFFIXES = (".tsv", ".txt", ".csv", ".gz")
+_DAY_RE = re.compile(r"^day_(\d+)_dense\.npy$")
+
+
+@dataclass
+class CriteoRows:
+    """Criteo rows in one or more parts (files/days), addressed by global row number."""
+
+    dense: list[np.ndarray]
+    """Per part: float32 ``[N_p, 13]``, already transformed."""
+    sparse: list[np.ndarray]
+    """Per part: integer ``[N_p, 26]`` raw categorical ids (not yet taken modulo table rows)."""
+    labels: list[np.ndarray]
+    """Per part: ``[N_p]`` or ``[N_p, 1]`` labels in {0, 1}."""
+
+    def __post_init__(self) -> None:
+        self.starts = np.cumsum([0] + [len(d) for d in self.dense])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def gather(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Dense ``[B, 13]``, sparse ``[B, 26]`` int64, labels ``[B]`` of global ``rows``."""
+        part = np.searchsorted(self.starts, rows, side="right") - 1
+        dense = np.empty((len(rows), INT_FEATURE_COUNT), dtype=np.float32)
+        sparse = np.empty((len(rows), CAT_FEATURE_COUNT), dtype=np.int64)
+        labels = np.empty(len(rows), dtype=np.float32)
+        for p in np.unique(part):
+            mask = part == p
+            local = rows[mask] - self.starts[p]
+            dense[mask] = self.dense[p][local]
+            sparse[mask] = self.sparse[p][local]
+            labels[mask] = self.labels[p][local].reshape(-1)
+        return dense, sparse, labels
+
+
+# ---- raw text --------------------------------------------------------------------------------
+def text_files(path: Path) -> list[Path]:
+    """``path`` itself, or the Criteo text files of a folder in name order."""
+    if path.is_file():
+        return [path]
+    files = sorted(
+        p
+        for p in path.iterdir()
+        if p.is_file()
+        and not p.name.startswith(".")
+        and (p.suffix in TEXT_SUFFIXES or re.fullmatch(r"day_\d+", p.name))
+    )
+    if not files:
+        raise DataConfigError(
+            f"data.path={str(path)!r} is invalid: the folder has no Criteo text files "
+            f"({', '.join(TEXT_SUFFIXES)} or day_<N>); point data.path at a file or such a folder"
+        )
+    return files
+
+
+def _open_text(path: Path):
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
+
+
+def read_criteo_text(
+    path: Path, *, file_format: str = "auto", max_rows: int | None = None, field: str = "path"
+) -> CriteoRows:
+    """Parse raw Criteo TSV/CSV rows (one file or a folder) into memory.
+
+    Raises:
+        DataConfigError: naming the file and line of a malformed row.
+    """
+    dense, sparse, labels = [], [], []
+    remaining = max_rows
+    for file in text_files(path):
+        with _open_text(file) as fh:
+            lines = fh.read().splitlines()
+        first = lines[0] if lines else ""
+        has_header = first.startswith("label")
+        fmt = file_format
+        if fmt == "auto":
+            fmt = "csv" if has_header or ("\t" not in first and "," in first) else "tsv"
+        delimiter = "," if fmt == "csv" else "\t"
+        start = 1 if has_header else 0
+        lines = [ln for ln in lines[start:] if ln.strip()]
+        if remaining is not None:
+            lines = lines[:remaining]
+            remaining -= len(lines)
+        if lines:
+            d, s, lab = _parse_lines(lines, delimiter, file=file, first_line=start + 1, field=field)
+            dense.append(d)
+            sparse.append(s)
+            labels.append(lab)
+        if remaining == 0:
+            break
+    if not dense:
+        raise DataConfigError(
+            f"data.{field}={str(path)!r} is invalid: no data rows found; point it at Criteo rows"
+        )
+    return CriteoRows(dense, sparse, labels)
+
+
+def _parse_lines(
+    lines: list[str], delimiter: str, *, file: Path, first_line: int, field: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    cells = [ln.split(delimiter) for ln in lines]
+    for i, row in enumerate(cells):
+        if len(row) != NUM_COLUMNS:
+            hint = (
+                " (39 columns: a Criteo test file without labels cannot train)"
+                if len(row) == NUM_COLUMNS - 1
+                else ""
+            )
+            sep = "tab" if delimiter == "\t" else "comma"
+            raise DataConfigError(
+                f"data.{field}: {file}:{first_line + i} has {len(row)} {sep}-separated columns, "
+                f"expected {NUM_COLUMNS} (label, I1-I13, C1-C26){hint}; check data.file_format "
+                f"(tsv|csv) and the file"
+            )
+    table = np.array(cells, dtype=str)
+    try:
+        head = table[:, : 1 + INT_FEATURE_COUNT]
+        numeric = np.where(head == "", "0", head)
+        numeric = numeric.astype(np.float64)
+    except ValueError as err:
+        raise DataConfigError(
+            f"data.{field}: {file} has a non-numeric label or I1-I13 value ({err}); "
+            f"check the file is raw Criteo data"
+        ) from err
+    label = numeric[:, 0]
+    bad = np.flatnonzero((label != 0) & (label != 1))
+    if bad.size:
+        raise DataConfigError(
+            f"data.{field}: {file}:{first_line + int(bad[0])} has label {label[bad[0]]!r}; "
+            f"Criteo labels are 0 or 1"
+        )
+    dense = np.log1p(np.maximum(numeric[:, 1:], 0.0)).astype(np.float32)
+    try:
+        sparse = np.array(
+            [[int(c, 16) if c else 0 for c in row[1 + INT_FEATURE_COUNT :]] for row in cells],
+            dtype=np.int64,
+        )
+    except ValueError as err:
+        raise DataConfigError(
+            f"data.{field}: {file} has a categorical value that is not hexadecimal ({err}); "
+            f"C1-C26 must be hex ids or empty"
+        ) from err
+    return dense, sparse, label.astype(np.float32)
+
+
+# ---- TorchRec .npy ---------------------------------------------------------------------------
+def npy_days(path: Path, days: list[int] | None, *, field: str = "path") -> list[int]:
+    """The ``day_<X>`` numbers to read from ``path`` (given, or all found)."""
+    if not path.is_dir():
+        raise DataConfigError(
+            f"data.{field}={str(path)!r} is invalid: criteo_npy reads a folder of "
+            f"day_<X>_{{dense,sparse,labels}}.npy files; point data.{field} at that folder"
+        )
+    found = sorted(int(m.group(1)) for p in path.iterdir() if (m := _DAY_RE.match(p.name)))
+    chosen = found if days is None else [int(d) for d in days]
+    if not chosen:
+        raise DataConfigError(
+            f"data.{field}={str(path)!r} is invalid: no day_<X>_dense.npy files there; create "
+            f"them with torchrec's npy_preproc_criteo.py (BinaryCriteoUtils.tsv_to_npys)"
+        )
+    return chosen
+
+
+def read_criteo_npy(
+    path: Path,
+    *,
+    days: list[int] | None,
+    mmap: bool,
+    max_rows: int | None = None,
+    field: str = "path",
+) -> CriteoRows:
+    """Open TorchRec's ``day_<X>_{dense,sparse,labels}.npy`` files (memory-mapped by default)."""
+    dense, sparse, labels = [], [], []
+    remaining = max_rows
+    for day in npy_days(path, days, field=field):
+        files = [path / f"day_{day}_{kind}.npy" for kind in ("dense", "sparse", "labels")]
+        for file in files:
+            if not file.is_file():
+                raise DataConfigError(
+                    f"data.{field}={str(path)!r} is invalid: {file.name} is missing; every day "
+                    f"needs dense, sparse and labels files (or select days with data.days)"
+                )
+        d, s, lab = (_load_npy(file, mmap=mmap, field=field) for file in files)
+        n = len(d)
+        expected = {"dense": (n, INT_FEATURE_COUNT), "sparse": (n, CAT_FEATURE_COUNT)}
+        for kind, arr in (("dense", d), ("sparse", s)):
+            if arr.shape != expected[kind]:
+                raise DataConfigError(
+                    f"data.{field}: day_{day}_{kind}.npy has shape {arr.shape}, expected "
+                    f"{expected[kind]}; write the files with torchrec's BinaryCriteoUtils"
+                )
+        if lab.shape not in ((n,), (n, 1)):
+            raise DataConfigError(
+                f"data.{field}: day_{day}_labels.npy has shape {lab.shape}, expected ({n}, 1)"
+            )
+        if remaining is not None:
+            d, s, lab = d[:remaining], s[:remaining], lab[:remaining]
+            remaining -= len(d)
+        dense.append(d)
+        sparse.append(s)
+        labels.append(lab)
+        if remaining == 0:
+            break
+    return CriteoRows(dense, sparse, labels)
+
+
+def _load_npy(file: Path, *, mmap: bool, field: str) -> np.ndarray:
+    try:
+        return np.load(file, mmap_mode="r" if mmap else None)
+    except (OSError, ValueError, EOFError) as err:
+        raise DataConfigError(
+            f"data.{field}: {file} is not a readable .npy array ({err}); rewrite it with "
+            f"torchrec's BinaryCriteoUtils.tsv_to_npys"
+        ) from err
+
+
+# ---- batches ---------------------------------------------------------------------------------
+class CriteoSource:
+    """This rank's batches of a row range of :class:`CriteoRows` (a ``BatchSource``)."""
+
+    def __init__(
+        self,
+        rows: CriteoRows,
+        *,
+        row_range: tuple[int, int],
+        table_rows: list[int],
+        batch_size: int,
+        rank: int,
+        world_size: int,
+        shuffle: bool,
+        drop_last: bool,
+        seed: int,
+        split: str,
+    ) -> None:
+        self.rows = rows
+        self.start, end = row_range
+        self.num_rows = end - self.start
+        self.table_rows = np.array(table_rows, dtype=np.int64)
+        self.shuffle = shuffle
+        self.seed = seed
+        self.split_code = 1 if split == "train" else 2
+        self.slices = rank_row_slices(
+            self.num_rows,
+            batch_size=batch_size,
+            rank=rank,
+            world_size=world_size,
+            drop_last=drop_last,
+        )
+        if not self.slices:
+            raise DataConfigError(
+                f"data.batch_size={batch_size} is invalid for the {split} split: it has "
+                f"{self.num_rows} rows, fewer than one batch on each of {world_size} ranks; "
+                f"lower data.batch_size, set data.drop_last=false, or give more rows"
+            )
+        self._order: tuple[int, torch.Tensor] | None = None
+
+    def __len__(self) -> int:
+        return len(self.slices)
+
+    def positions(self, epoch: int, index: int) -> np.ndarray:
+        """Global row numbers of batch ``index`` of ``epoch`` on this rank."""
+        if self._order is None or self._order[0] != epoch:
+            gen = generator(self.seed, self.split_code, epoch) if self.shuffle else None
+            self._order = (epoch, epoch_order(self.num_rows, shuffle=self.shuffle, seed_gen=gen))
+        lo, hi = self.slices[index]
+        return self._order[1][lo:hi].numpy() + self.start
+
+    def batch(self, epoch: int, index: int) -> Batch:
+        dense, sparse, labels = self.rows.gather(self.positions(epoch, index))
+        num_features = len(self.table_rows)
+        ids = sparse[:, :num_features] % self.table_rows
+        return make_batch(
+            torch.from_numpy(dense),
+            [
+                torch.from_numpy(np.ascontiguousarray(ids[:, f : f + 1]))
+                for f in range(num_features)
+            ],
+            torch.from_numpy(labels),
+        )
+
+
+def criteo_factory(
+    cfg: DataConfig, *, rows: list[int], multi_hot: list[int], num_dense: int, seed: int
+):
+    """``factory(split, rank, world_size)`` for :class:`~rocmtrain.data.datamodule.RecDataModule`."""
+    if num_dense != INT_FEATURE_COUNT:
+        raise DataConfigError(
+            f"num_dense={num_dense} does not fit data.kind={cfg.kind}: Criteo rows have "
+            f"{INT_FEATURE_COUNT} dense features; set the model's dense feature count to 13"
+        )
+    if any(m != 1 for m in multi_hot):
+        raise DataConfigError(
+            f"multi_hot_sizes={multi_hot} does not fit data.kind={cfg.kind}: Criteo rows have one "
+            f"id per feature; set the model's multi-hot sizes to null (or use data=synthetic)"
+        )
+
+    def load(field: str) -> CriteoRows:
+        path = Path(getattr(cfg, field)).expanduser()
+        if cfg.kind == "criteo_tsv":
+            return read_criteo_text(
+                path, file_format=cfg.file_format, max_rows=cfg.max_rows, field=field
+            )
+        return read_criteo_npy(
+            path, days=cfg.days, mmap=cfg.mmap, max_rows=cfg.max_rows, field=field
+        )
+
+    train_rows = load("path")
+    if cfg.val_path is not None:
+        val_rows = load("val_path")
+        train_range = (0, len(train_rows))
+        val_range = (0, len(val_rows))
+    else:
+        val_rows = train_rows
+        n_val = int(round(len(train_rows) * cfg.val_fraction))
+        train_range = (0, len(train_rows) - n_val)
+        val_range = (len(train_rows) - n_val, len(train_rows)) if n_val else None
+
+    def factory(split: str, rank: int, world_size: int) -> CriteoSource | None:
+        train = split == "train"
+        if not train and val_range is None:
+            return None
+        return CriteoSource(
+            train_rows if train else val_rows,
+            row_range=train_range if train else val_range,
+            table_rows=rows,
+            batch_size=cfg.batch_size,
+            rank=rank,
+            world_size=world_size,
+            shuffle=cfg.shuffle and train,
+            drop_last=cfg.drop_last and train,
+            seed=seed,
+            split=split,
+        )
+
+    return factory
