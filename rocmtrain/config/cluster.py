@@ -1,13 +1,155 @@
-"""Cluster schema (owner: launch/Slurm). Stub; the Slurm work fleshes it out."""
+"""Cluster schema: run the ranks here (``local``) or submit a Slurm batch job (``slurm``).
+
+Options are named like ``sbatch``'s long options with underscores (``--ntasks-per-node`` →
+``cluster.ntasks_per_node``), so a Slurm user can guess them::
+
+    python -m rocmtrain recipe=dlrm_mi300 cluster=slurm cluster.nodes=4 \\
+        cluster.partition=mi300x cluster.account=proj42 cluster.time=02:00:00 dry_run=true
+
+``null`` means "do not pass this option" (Slurm's / the site's default applies), except for the
+job shape: ``nodes`` defaults to ``trainer.num_nodes`` and ``ntasks_per_node`` to
+``trainer.devices`` (one rank per GPU), and the job's command line gets both trainer values set
+to what Slurm allocates, so Lightning's ``SLURMEnvironment`` agrees with the allocation.
+See ``rocmtrain/launch/LAUNCH.md``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
+
+from rocmtrain.config import ConfigError, check_choice
+
+KINDS = ("local", "slurm")
+#: sbatch's accepted --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or UNLIMITED/INFINITE
+_TIME = re.compile(
+    r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
+    r"|UNLIMITED|INFINITE|unlimited|infinite)$"
+)
+#: --signal=[{R|B}:]<sig_num>[@sig_time]
+_SIGNAL = re.compile(r"^(?:[RB]{1,2}:)?(?:SIG)?[A-Z0-9]+(?:@\d+)?$")
+#: --mem: a number with an optional K/M/G/T suffix (0 = all memory of the node)
+_MEM = re.compile(r"^\d+[KMGT]?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: names Lightning treats as "not a Slurm job" (interactive mode): ranks would not be detected
+_LIGHTNING_INTERACTIVE_NAMES = ("bash", "interactive")
 
 
 @dataclass
 class ClusterConfig:
-    """Where ranks run: ``local`` (spawned here) or ``slurm`` (submitted as a batch job)."""
+    """Where ranks run: ``local`` (Lightning spawns them here) or ``slurm`` (a batch job)."""
 
     kind: str = "local"
-    """``local`` or ``slurm``."""
+    """``local`` (train in this process tree) or ``slurm`` (render a batch script and submit it
+    with ``sbatch``; each Slurm task re-enters ``python -m rocmtrain`` as one rank)."""
+
+    # --- sbatch options (null = not passed) -------------------------------------------------
+    partition: str | None = None
+    """``--partition``: the Slurm partition (queue), e.g. ``mi300x``."""
+    account: str | None = None
+    """``--account``: the account (project) charged for the job."""
+    qos: str | None = None
+    """``--qos``: quality of service."""
+    time: str | None = None
+    """``--time``: wall-clock limit (``MM``, ``HH:MM:SS``, ``D-HH:MM:SS``, ...)."""
+    nodes: int | None = None
+    """``--nodes``; null = ``trainer.num_nodes``."""
+    ntasks_per_node: int | None = None
+    """``--ntasks-per-node``: ranks per node; null = ``trainer.devices`` (one rank per GPU/GCD)."""
+    gpus_per_node: int | None = None
+    """``--gpus-per-node``; null = ``trainer.devices`` when ``trainer.accelerator=gpu``, else not
+    requested. Set 0 on clusters that hand out whole GPU nodes without GRES."""
+    cpus_per_task: int | None = None
+    """``--cpus-per-task``: CPU cores per rank (data loading threads); also exported as
+    ``OMP_NUM_THREADS`` unless ``env`` sets it."""
+    mem: str | None = None
+    """``--mem``: memory per node (``480G``; ``0`` = all of it)."""
+    constraint: str | None = None
+    """``--constraint``: node features, e.g. ``mi300x``."""
+    exclusive: bool = False
+    """``--exclusive``: do not share the nodes with other jobs."""
+    requeue: bool = True
+    """``--requeue`` (else ``--no-requeue``): allow the batch script (and Slurm on preemption) to
+    requeue the job; the requeued job resumes from the last checkpoint."""
+    signal: str | None = "B:USR1@300"
+    """``--signal``: warn the job this many seconds before the time limit. ``B:`` signals the batch
+    shell, which forwards it to every rank; ranks checkpoint and exit 75, and the job is requeued.
+    null = no warning (the job is killed at the limit; it resumes from an older checkpoint)."""
+    job_name: str | None = None
+    """``--job-name``; null = ``rocmtrain-<recipe>``. Also names the run folder."""
+    output: str | None = None
+    """``--output`` (stdout of the job and all ranks; Slurm's ``%j``/``%x`` patterns work);
+    null = ``<run_root>/<job name>-%j.out``. Its folder is created at submission."""
+    error: str | None = None
+    """``--error``; null = merged into ``output``."""
+    chdir: str | None = None
+    """``--chdir``: working directory of the job; null = the directory you submit from."""
+    sbatch_args: list[str] = field(default_factory=list)
+    """Extra sbatch options, one per item, e.g. ``[--reservation=demo, --mail-type=END]``."""
+
+    # --- inside the job ---------------------------------------------------------------------
+    srun_args: list[str] = field(default_factory=list)
+    """Extra srun options, e.g. ``[--container-image=rocm/pytorch:latest, --mpi=none]``."""
+    setup: list[str] = field(default_factory=list)
+    """Shell lines run before srun, verbatim (``module load rocm/6.3``, ``source venv/bin/activate``).
+    They are your shell code: the only part of the script that is not quoted."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Variables exported in the batch script (values are quoted); these win over the RCCL plan."""
+    export_rccl: bool = True
+    """Also export what the recipe's ``rccl`` config sets (``rocmtrain.comms.rccl.plan_rccl_env``),
+    so the script shows it; each rank applies (and logs) the same config again before the PG."""
+    python: str | None = None
+    """Python that runs the ranks; null = the interpreter you submit with (same venv)."""
+    run_root: str = "runs"
+    """Parent of the per-job run folders: ``run_dir=<run_root>/<job name>-<SLURM_JOB_ID>``, stable
+    across a requeue (so the requeued job resumes). An explicit ``run_dir=`` override wins."""
+    kill_on_bad_exit: bool = True
+    """``srun --kill-on-bad-exit``: when one rank fails, kill the others instead of letting them
+    hang in a collective until a timeout."""
+    max_restarts: int = 3
+    """Requeue at most this many times (``SLURM_RESTART_COUNT``); then the job fails with 75."""
+    numa_bind: bool = True
+    """Pin each rank to the CPUs of its GPU's NUMA node (``rocmtrain.launch.binding``)."""
+    precheck: bool = True
+    """Run ``sbatch --test-only`` first: a job that can never start (more nodes, CPUs or memory
+    than the partition has) fails at once with Slurm's reason instead of pending forever."""
+    submit_command: str = "sbatch"
+    """The submit tool (path or name of ``sbatch``)."""
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the field, the bad value and the fix."""
+        check_choice("cluster.kind", self.kind, KINDS)
+        for name in ("nodes", "ntasks_per_node", "cpus_per_task"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"cluster.{name}", value, "use a positive integer or null")
+        if self.gpus_per_node is not None and self.gpus_per_node < 0:
+            raise ConfigError("cluster.gpus_per_node", self.gpus_per_node, "use >= 0 or null")
+        if self.max_restarts < 0:
+            raise ConfigError("cluster.max_restarts", self.max_restarts, "use >= 0")
+        if self.time is not None and not _TIME.match(str(self.time)):
+            raise ConfigError(
+                "cluster.time", self.time, "use Slurm's format: MM, HH:MM:SS or D-HH:MM:SS"
+            )
+        if self.signal is not None and not _SIGNAL.match(str(self.signal)):
+            raise ConfigError(
+                "cluster.signal", self.signal, "use [B:]SIGNAL[@SECONDS], e.g. B:USR1@300"
+            )
+        if self.mem is not None and not _MEM.match(str(self.mem)):
+            raise ConfigError("cluster.mem", self.mem, "use a size like 480G, 64000M or 0")
+        if self.job_name is not None:
+            if not self.job_name.strip():
+                raise ConfigError("cluster.job_name", self.job_name, "give a non-empty name")
+            if self.job_name in _LIGHTNING_INTERACTIVE_NAMES:
+                raise ConfigError(
+                    "cluster.job_name",
+                    self.job_name,
+                    "Lightning treats jobs named bash/interactive as not-Slurm; pick another name",
+                )
+        for name, value in self.env.items():
+            if not _ENV_NAME.match(str(name)):
+                raise ConfigError(
+                    "cluster.env", name, "variable names are letters, digits and _ (not first)"
+                )
+            if value is None:
+                raise ConfigError(f"cluster.env.{name}", value, "give a string value")
