@@ -191,8 +191,8 @@ def _cmd_parse(args: argparse.Namespace) -> int:
     return _report(res, errors, warnings, as_json=args.json)
 
 
-def _spec(args: argparse.Namespace) -> runner.TestSpec:
-    return runner.TestSpec(min_bytes=args.min_bytes, max_bytes=args.max_bytes,
+def _spec(args: argparse.Namespace) -> runner.RunSpec:
+    return runner.RunSpec(min_bytes=args.min_bytes, max_bytes=args.max_bytes,
                            step_factor=args.step_factor, iters=args.iters,
                            warmup_iters=args.warmup_iters, gpus_per_proc=args.ngpus,
                            check=args.check, binary_timeout_s=args.binary_timeout)  # fmt: skip

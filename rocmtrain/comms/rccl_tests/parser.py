@@ -362,6 +362,9 @@ def assess(
     if res.oob_values:
         errors.append(f"validation failed: Out of bounds values : {res.oob_values}")
     warnings: list[str] = []
+    blocks = [m for r in res.rows for m in (r.out_of_place, r.in_place) if m is not None]
+    if blocks and all(m.wrong is None and m.max_error is None for m in blocks):
+        warnings.append("results not validated (#wrong is N/A: the test ran with -c 0)")
     best = 0.0
     best_size = 0
     for row in res.rows:

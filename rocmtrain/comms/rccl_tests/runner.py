@@ -1,8 +1,8 @@
 """Find and run rccl-tests / nccl-tests binaries safely, then judge the run per size.
 
-    from rocmtrain.comms.rccl_tests.runner import TestSpec, find_binary, build_command, run_test
+    from rocmtrain.comms.rccl_tests.runner import RunSpec, find_binary, build_command, run_test
     binary = find_binary("all_reduce")                     # config dir, $RCCL_TESTS_DIR, then PATH
-    cmd = build_command(binary, TestSpec(min_bytes=8, max_bytes=256 << 20, gpus_per_proc=8))
+    cmd = build_command(binary, RunSpec(min_bytes=8, max_bytes=256 << 20, gpus_per_proc=8))
     outcome = run_test(cmd, timeout_s=600, env={"NCCL_PROTO": "Simple", **os.environ})
     outcome.ok, outcome.errors, outcome.parsed.rows
 
@@ -89,7 +89,7 @@ def find_binary(
 
 
 @dataclass
-class TestSpec:
+class RunSpec:
     """Arguments of one rccl-tests invocation (the binary's own flags)."""
 
     min_bytes: int = 8
@@ -110,7 +110,7 @@ class TestSpec:
 
 def build_command(
     binary: str | os.PathLike[str],
-    spec: TestSpec,
+    spec: RunSpec,
     *,
     launcher: Launcher = "local",
     nprocs: int = 1,

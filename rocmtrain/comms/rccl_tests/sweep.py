@@ -28,7 +28,7 @@ from rocmtrain.comms.rccl import COLLECTIVE_FIELDS, Platform, plan_rccl_env
 from rocmtrain.comms.rccl_tests.parser import Row
 from rocmtrain.comms.rccl_tests.runner import (
     Outcome,
-    TestSpec,
+    RunSpec,
     build_command,
     find_binary,
     run_test,
@@ -103,7 +103,7 @@ def run_sweep(
     *,
     collectives: Sequence[str],
     settings: Sequence[Setting],
-    spec: TestSpec,
+    spec: RunSpec,
     out_dir: Path,
     search_dirs: Sequence[str] = (),
     launcher: str = "local",
