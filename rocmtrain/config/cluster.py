@@ -108,8 +108,6 @@ class ClusterConfig:
     hang in a collective until a timeout."""
     max_restarts: int = 3
     """Requeue at most this many times (``SLURM_RESTART_COUNT``); then the job fails with 75."""
-    numa_bind: bool = True
-    """Pin each rank to the CPUs of its GPU's NUMA node (``rocmtrain.launch.binding``)."""
     precheck: bool = True
     """Run ``sbatch --test-only`` first: a job that can never start (more nodes, CPUs or memory
     than the partition has) fails at once with Slurm's reason instead of pending forever."""

@@ -240,14 +240,16 @@ def bind_local_rank(
     *,
     accelerator: str = "gpu",
     numa: bool = True,
+    rocm: bool | None = None,
     environ: Mapping[str, str] | None = None,
     root: Path = Path("/"),
     apply: bool = True,
 ) -> Binding:
     """Bind this rank's CPUs to its GPU's NUMA node; returns what was decided (and logs it).
 
-    ``local_rank`` defaults to ``SLURM_LOCALID`` (then ``LOCAL_RANK``, then 0). Does not initialise
-    CUDA; the device itself is selected by Lightning (``cuda:<local rank>``).
+    ``local_rank`` defaults to ``SLURM_LOCALID`` (then ``LOCAL_RANK``, then 0); ``rocm`` to
+    ``rocmtrain.platform.is_rocm()``. Does not initialise CUDA; the device itself is selected by
+    Lightning (``cuda:<local rank>``).
     """
     from rocmtrain import platform
 
@@ -260,7 +262,7 @@ def bind_local_rank(
         accelerator=accelerator,
         environ=env,
         allowed_cpus=sorted(os.sched_getaffinity(0)),
-        rocm=platform.is_rocm(),
+        rocm=platform.is_rocm() if rocm is None else rocm,
         local_tasks=int(tasks) if tasks.isdigit() else None,
         root=root,
     )
