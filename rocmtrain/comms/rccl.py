@@ -306,8 +306,7 @@ def plan_rccl_env(
     env.update({k: _fmt(v) for k, v in cfg.extra_env.items()})
     if not collective_only:
         pg = {var: getattr(cfg, name) for name, var in PG_FIELDS.items()}
-        if pg["TORCH_FR_DUMP_TEMP_FILE"] is None and run_dir is not None:
-            pg["TORCH_FR_DUMP_TEMP_FILE"] = str(Path(run_dir) / "flight_recorder" / "rank_")
+        pg["TORCH_FR_DUMP_TEMP_FILE"] = flight_recorder_prefix(cfg, run_dir)
         if platform.torch_version() < (2, 7):
             pg = {_OLD_FR_NAMES.get(k, k): v for k, v in pg.items()}
         env.update({k: _fmt(v) for k, v in pg.items() if v is not None})
@@ -320,6 +319,14 @@ def plan_rccl_env(
     if warnings is not None:
         warnings.extend(warns)
     return env
+
+
+def flight_recorder_prefix(cfg: Any, run_dir: str | os.PathLike[str] | None) -> str | None:
+    """Where the flight-recorder dumps go (``TORCH_FR_DUMP_TEMP_FILE``); the rank is appended."""
+    cfg = as_rccl_config(cfg)
+    if cfg.flight_recorder_dump_prefix is not None:
+        return cfg.flight_recorder_dump_prefix
+    return None if run_dir is None else str(Path(run_dir) / "flight_recorder" / "rank_")
 
 
 def read_rccl_conf(paths: tuple[Path, ...] = RCCL_CONF_FILES) -> dict[Path, dict[str, str]]:

@@ -265,6 +265,10 @@ def write_outputs(
                   "command": r.command, "ok": r.ok, "errors": r.errors,
                   "rows": [asdict(row) for row in r.rows]} for r in runs],
     }, indent=1))  # fmt: skip
-    plot_png(runs, paths["plot"])
+    try:
+        plot_png(runs, paths["plot"])
+    except ImportError as exc:  # no matplotlib: the table, JSON and preset still count
+        paths["plot"].with_suffix(".txt").write_text(f"no plot: {exc}; pip install matplotlib\n")
+        del paths["plot"]
     paths["preset"].write_text(preset_yaml(chosen, scores, command=command))
     return paths
