@@ -1,0 +1,163 @@
+"""Faults: preemption signals → checkpoint → requeue exit; errors → actionable hints.
+
+:class:`PreemptionCallback` — Slurm sends SIGTERM when it preempts or cancels a job, and
+``#SBATCH --signal=USR1@120`` sends SIGUSR1 two minutes before the time limit. The handler only sets
+a flag. At the next step boundary (``on_train_batch_end``) the ranks agree with one tiny all-reduce
+(MAX of the flags: every rank stops at the *same* step even when only one was signalled), save a
+checkpoint and leave with ``SystemExit(watchdog.exit_code)`` (75): the batch script requeues on 75 and
+the next attempt resumes from that checkpoint.
+
+Why it replaces Lightning's own handlers: Lightning (2.6) installs its SIGTERM handler in
+``Trainer._run`` after ``on_fit_start``; that handler runs a ``dist.broadcast`` *inside the signal
+handler* (a collective issued at an arbitrary point of one rank — mismatched when only some ranks
+got the signal) and kills launcher children; with ``SLURMEnvironment(auto_requeue=True)`` its SIGUSR1
+handler also writes an "hpc" checkpoint elsewhere and runs ``scontrol requeue`` itself, racing our
+exit-code requeue. So this callback installs its handlers in ``on_train_start`` (after Lightning's),
+and ``train(cfg)`` should build the Trainer with ``plugins=[SLURMEnvironment(auto_requeue=False)]``
+under Slurm so Lightning never arms its requeue path. The previous handlers come back at teardown.
+
+:class:`ErrorHintCallback` — ``on_exception``: :func:`rocmtrain.comms.hints.hint_for_exception`,
+logged, appended to the exception as a note (shown under the traceback) and written to
+``<run_dir>/error_hint_rank<r>.txt``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import torch.distributed as dist
+
+from rocmtrain.comms.hints import Hint, hint_for_exception
+from rocmtrain.config.watchdog import WatchdogConfig
+
+log = logging.getLogger(__name__)
+
+
+def save_preemption_checkpoint(trainer: pl.Trainer, run_dir: Path) -> Path:
+    """Save through the run's checkpoint layer; returns the path written.
+
+    Uses ``rocmtrain.checkpoint.save_checkpoint(trainer, root)`` when the foundation's module offers
+    it (atomic directory + completion marker, keep-last-N); otherwise ``trainer.save_checkpoint``
+    under ``<run_dir>/checkpoints/``.
+    """
+    root = run_dir / "checkpoints"
+    try:
+        from rocmtrain import checkpoint as ckpt  # foundation's module (atomic save, find_resume)
+    except ImportError:
+        ckpt = None
+    saver = getattr(ckpt, "save_checkpoint", None) if ckpt is not None else None
+    if callable(saver):
+        return Path(saver(trainer, root))
+    path = root / f"preempt-step{trainer.global_step:08d}.ckpt"
+    trainer.save_checkpoint(path)
+    return path
+
+
+class PreemptionCallback(pl.Callback):
+    """SIGTERM/SIGUSR1 → agree on a step → checkpoint → ``SystemExit(exit_code)``."""
+
+    def __init__(self, cfg: WatchdogConfig, run_dir: Path) -> None:
+        self._signals = [getattr(signal, name) for name in cfg.preemption_signals]
+        self._every = cfg.preemption_check_every_n_steps
+        self._exit_code = cfg.exit_code
+        self._run_dir = Path(run_dir)
+        self._previous: dict[int, Any] = {}
+        self.received: int | None = None
+        """The first signal this process received (set by the handler)."""
+        self.checkpoint_path: Path | None = None
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signum
+            # no logging in a signal handler (it may interrupt a logging call); a raw write is safe
+            os.write(
+                2,
+                f"rocmtrain: got {signal.Signals(signum).name}; checkpoint at the next step\n".encode(),
+            )
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            log.warning("preemption: not on the main thread; signal handlers not installed")
+            return
+        for sig in self._signals:
+            self._previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, self._handler)
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        if trainer.global_step % self._every or not self._agree(trainer):
+            return
+        self.checkpoint_path = save_preemption_checkpoint(trainer, self._run_dir)
+        name = signal.Signals(self.received).name if self.received else "a peer's signal"
+        log.warning(
+            "preemption (%s): checkpoint at step %d in %s; exiting %d for requeue",
+            name,
+            trainer.global_step,
+            self.checkpoint_path,
+            self._exit_code,
+        )
+        raise SystemExit(self._exit_code)
+
+    def _agree(self, trainer: pl.Trainer) -> bool:
+        flag = self.received is not None
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            t = torch.tensor([int(flag)], dtype=torch.int32, device=trainer.strategy.root_device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            return bool(t.item())
+        return flag
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        self._previous = {}
+
+
+def explain(exc: BaseException, *, run_dir: Path | None = None, rank: int = 0) -> Hint | None:
+    """Hint for ``exc``: logged, added as an exception note, written to the run dir. None if unknown."""
+    if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+        return None
+    hint = hint_for_exception(exc)
+    if hint is None:
+        return None
+    text = hint.render()
+    log.error("%s", text)
+    if hasattr(exc, "add_note"):
+        exc.add_note(text)
+    else:
+        print(text, file=sys.stderr)
+    if run_dir is not None:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / f"error_hint_rank{rank}.txt").write_text(text + "\n")
+        except OSError as e:
+            log.warning("could not write the error hint to %s: %s", run_dir, e)
+    return hint
+
+
+class ErrorHintCallback(pl.Callback):
+    """``on_exception`` → :func:`explain`."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self._run_dir = Path(run_dir)
+        self.hint: Hint | None = None
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        self.hint = explain(exception, run_dir=self._run_dir, rank=trainer.global_rank)

@@ -1,0 +1,148 @@
+"""Ranks of a plain (no Lightning) gloo training loop under the watchdog, as real processes.
+
+The processes come from a ``forkserver`` that has imported torch + rocmtrain once (importing
+pytorch_lightning costs ~10 s of CPU per process; spawning 3 fresh interpreters per test would
+dominate the suite). Each rank is a separate OS process with its own gloo group and TCPStore client.
+
+Modes: ``stall`` (``stall_rank`` sleeps before the all_reduce of ``stall_step`` while the others
+wait inside it), ``run`` (``steps`` steps with jittered durations, then a clean exit), ``forever``
+(steps until killed; touches ``ready_rank<r>`` after 5 steps). Each rank logs to ``log_rank<r>.txt``.
+Also runnable by hand: ``python tests/watchdog/wd_worker.py --world 3 --mode stall --run-dir /tmp/x``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from datetime import timedelta
+from pathlib import Path
+
+
+def stall_here(seconds: float) -> None:
+    """The stalled rank's stack dump must show this function."""
+    time.sleep(seconds)
+
+
+def rank_main(rank: int, world: int, port: int, run_dir: str, opts: dict) -> None:
+    """One rank (the target of each process)."""
+    import os
+    import sys
+
+    log = open(Path(run_dir) / f"log_rank{rank}.txt", "w")  # noqa: SIM115 - lives as long as the process
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = sys.stderr = log
+    a = argparse.Namespace(**{**DEFAULTS, **opts})
+
+    from rocmtrain.comms.env import apply_env
+
+    apply_env({"TORCH_FR_BUFFER_SIZE": "200"}, source="watchdog test worker")
+
+    import torch
+    import torch.distributed as dist
+
+    from rocmtrain.comms.watchdog import Watchdog
+    from rocmtrain.config.watchdog import WatchdogConfig
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=120),
+    )
+    cfg = WatchdogConfig(
+        hang_timeout_seconds=a.timeout,
+        first_step_timeout_seconds=max(a.timeout, 30.0),
+        poll_interval_seconds=a.poll,
+        learn_timeout_from_step_times=a.learn,
+        learn_floor_seconds=a.floor,
+        learn_min_steps=20,
+        collect_timeout_seconds=3.0,
+        heartbeat_channel=a.channel,
+    )
+    out = Path(run_dir)
+    wd = Watchdog(cfg, run_dir=out).start()
+    rng = random.Random(rank)
+    t = torch.ones(256)
+    step = 0
+    with wd.guard():
+        while a.mode == "forever" or step < a.steps:
+            wd.beat("forward", step=step)
+            time.sleep(rng.uniform(0, 2 * a.step_ms) / 1000)
+            if a.hiccup_every and step % a.hiccup_every == a.hiccup_every - 1:
+                time.sleep(a.hiccup_s)
+            if a.mode == "stall" and rank == a.stall_rank and step == a.stall_step:
+                (out / "stall_started").write_text(str(time.time()))
+                stall_here(600)
+            wd.beat("all_reduce", collective="all_reduce")
+            dist.all_reduce(t)
+            wd.step_done()
+            step += 1
+            if a.mode == "forever" and step == 5:
+                (out / f"ready_rank{rank}").touch()
+    (out / f"done_rank{rank}").write_text(str(step))
+    dist.destroy_process_group()
+    log.flush()
+
+
+DEFAULTS = dict(
+    mode="run",
+    timeout=3.0,
+    poll=0.25,
+    learn=False,
+    floor=1.0,
+    steps=500,
+    stall_rank=1,
+    stall_step=30,
+    step_ms=5.0,
+    hiccup_every=0,
+    hiccup_s=0.0,
+    channel="tcpstore",
+)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def context():  # noqa: ANN201 - multiprocessing context
+    """The forkserver context, preloaded with torch + rocmtrain + this module."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "rocmtrain.comms.watchdog", __name__])
+    return ctx
+
+
+def start_ranks(world: int, run_dir: Path, **opts):  # noqa: ANN201 - list of Process
+    """Start ``world`` rank processes; returns them (already started)."""
+    ctx = context()
+    port = free_port()
+    procs = [
+        ctx.Process(target=rank_main, args=(r, world, port, str(run_dir), opts))
+        for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    return procs
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--world", type=int, default=3)
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--mode", default="stall")
+    ap.add_argument("--stall-rank", type=int, default=1)
+    ns = ap.parse_args()
+    Path(ns.run_dir).mkdir(parents=True, exist_ok=True)
+    ps = start_ranks(ns.world, Path(ns.run_dir), mode=ns.mode, stall_rank=ns.stall_rank)
+    for p in ps:
+        p.join()
+    print([p.exitcode for p in ps])
