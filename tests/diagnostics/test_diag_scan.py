@@ -1,0 +1,104 @@
+"""Scanner on the hand-written corpus: exact (line, rule) sets from `expect:` markers, clean files
+silent, suppressions, output formats, exit codes; hipify-perl statistics when it is on PATH."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rocmtrain.diagnostics.scan import ALL_RULES, main, scan_source
+
+CORPUS = Path(__file__).parent / "corpus"
+SOURCES = sorted(p for p in CORPUS.iterdir() if p.suffix != ".md")
+
+
+def _expected(path: Path) -> set[tuple[int, str]]:
+    out = set()
+    for n, line in enumerate(path.read_text().splitlines(), start=1):
+        m = re.search(r"expect:\s*([\w\-,]+)", line)
+        if m:
+            out |= {(n, rule) for rule in m.group(1).split(",")}
+    return out
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+def test_corpus_findings_match_markers(path: Path) -> None:
+    got = {(f.line, f.rule) for f in scan_source(str(path), path.read_text())}
+    assert got == _expected(path)
+    if path.name.startswith("clean_"):
+        assert got == set()
+
+
+def test_every_rule_has_a_positive_case() -> None:
+    covered = set().union(*({r for _, r in _expected(p)} for p in SOURCES))
+    assert covered == set(ALL_RULES)
+
+
+def test_columns_point_at_the_construct() -> None:
+    src = (CORPUS / "warp32_reduce.cu").read_text()
+    lines = src.splitlines()
+    for f in scan_source("warp32_reduce.cu", src):
+        if f.rule == "mask-32bit" and f.line == 9:
+            assert lines[8][f.col - 1 :].startswith("__shfl_down_sync")
+        if f.rule == "syncwarp":
+            assert lines[f.line - 1][f.col - 1 :].startswith("__syncwarp")
+
+
+def test_comment_and_string_blanking_keeps_positions() -> None:
+    src = 'const char* s = "__syncwarp()"; /* 0xffffffff */ __syncwarp();\n'
+    (f,) = scan_source("x.cu", src)
+    assert (f.rule, f.line, f.col) == ("syncwarp", 1, src.index("__syncwarp();") + 1)
+
+
+def test_json_format_and_exit_codes(capsys) -> None:
+    target = str(CORPUS / "warp32_reduce.cu")
+    assert main([target, "--format", "json", "--no-hipify"]) == 1  # errors present, --fail-on error
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"findings"}
+    keys = {"file", "line", "col", "rule", "severity", "why", "fix"}
+    assert all(set(f) == keys for f in data["findings"])
+    assert {(f["line"], f["rule"]) for f in data["findings"]} == _expected(
+        CORPUS / "warp32_reduce.cu"
+    )
+    smem = str(CORPUS / "misc_traps.cu")
+    assert main([str(CORPUS / "clean_wave64.hip"), "--fail-on", "info", "--no-hipify"]) == 0
+    assert main([smem, "--fail-on", "none", "--no-hipify"]) == 0
+    capsys.readouterr()
+    assert main([str(CORPUS / "suppressed.cuh"), "--fail-on", "error", "--no-hipify"]) == 1
+    assert "1 finding(s): 1 error" in capsys.readouterr().out
+    assert main([str(CORPUS / "triton_traps.py"), "--fail-on", "error"]) == 1
+    assert main([str(CORPUS / "clean_triton.py"), str(CORPUS / "clean_comments_strings.cu")]) == 0
+    assert main([str(CORPUS / "no_such_dir")]) == 2
+
+
+def test_sarif_shape(capsys) -> None:
+    assert main([str(CORPUS), "--format", "sarif", "--fail-on", "none", "--no-hipify"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["version"] == "2.1.0"
+    (run,) = doc["runs"]
+    rule_ids = [r["id"] for r in run["tool"]["driver"]["rules"]]
+    total = sum(len(_expected(p)) for p in SOURCES)
+    assert len(run["results"]) == total
+    for res in run["results"]:
+        assert rule_ids[res["ruleIndex"]] == res["ruleId"]
+        assert res["level"] in {"error", "warning", "note"}
+        region = res["locations"][0]["physicalLocation"]["region"]
+        assert region["startLine"] >= 1 and region["startColumn"] >= 1
+
+
+@pytest.mark.skipif(shutil.which("hipify-perl") is None, reason="hipify-perl not on PATH")
+def test_hipify_statistics_added(capsys) -> None:
+    files = [str(CORPUS / "warp32_reduce.cu"), str(CORPUS / "misc_traps.cu")]
+    main([*files, "--format", "json", "--fail-on", "none"])
+    hip = json.loads(capsys.readouterr().out)["hipify"]
+    assert {f["file"] for f in hip["files"]} <= set(files)
+    assert hip["loc"] == sum(len(Path(f).read_text().splitlines()) for f in hip_files(hip))
+    assert hip["converted"] >= 1
+
+
+def hip_files(hip: dict) -> list[str]:
+    return [f["file"] for f in hip["files"]]
