@@ -79,85 +79,85 @@ def _v(text: str) -> Version | None:
 
 # name | component | status | replacement | note | source | first RCCL version | removed in | alias of
 _TABLE = """
-RCCL_PROTO | rccl | fabricated | NCCL_PROTO | RCCL reads the NCCL_* names | RCCL_DOC |  |  | 
-RCCL_ALGO | rccl | fabricated | NCCL_ALGO | RCCL reads the NCCL_* names | RCCL_DOC |  |  | 
-RCCL_LL_THRESHOLD | rccl | fabricated | NCCL_PROTO / RCCL_OVERRIDE_PROTO | no LL threshold exists in RCCL; P2P only: NCCL_P2P_LL_THRESHOLD | RCCL_TUNE |  |  | 
-NCCL_LL_THRESHOLD | nccl | dead | NCCL_PROTO / RCCL_OVERRIDE_PROTO | removed from NCCL between 2.4.8 and 2.5.6; RCCL never reads it (silently ignored) | NCCL25 |  |  | 
-NCCL_TREE_THRESHOLD | nccl | dead | NCCL_ALGO / RCCL_OVERRIDE_ALGO | removed from NCCL between 2.4.8 and 2.5.6; RCCL never reads it (silently ignored) | NCCL25 |  |  | 
-NCCL_LL128_THRESHOLD | nccl | fabricated | NCCL_PROTO | never existed in NCCL or RCCL | NCCL_DOC |  |  | 
-RCCL_ENABLE_MSCCLPP | rccl | fabricated | RCCL_MSCCLPP_ENABLE | a misspelling in AMD's docs; RCCL reads RCCL_MSCCLPP_ENABLE | RCCL_DOC |  |  | 
-HIP_MATRIX_ACCUMULATE_PRECISION | hip | fabricated | torch.set_float32_matmul_precision / compute type | GEMM accumulation is chosen by the compute type (ROCM_FACTS §4) | TORCH_HIP |  |  | 
-TORCH_HIP_MEM_POOL_ENABLE | torch | fabricated | PYTORCH_HIP_ALLOC_CONF | allocator knobs: PYTORCH_HIP_ALLOC_CONF (= PYTORCH_CUDA_ALLOC_CONF), PYTORCH_NO_HIP_MEMORY_CACHING=1 | TORCH_HIP |  |  | 
-HIP_ENABLE_DOUBLE_BUFFER | hip | fabricated |  | no equivalent exists | HIP_ENV |  |  | 
-HIP_TRACE_API | hip | legacy | AMD_LOG_LEVEL | HCC era; use AMD_LOG_LEVEL (0-5) + AMD_LOG_MASK (0x1 API calls) | HIP_DBG |  |  | 
-HIP_DB | hip | legacy | AMD_LOG_LEVEL | HCC era; use AMD_LOG_LEVEL + AMD_LOG_MASK | HIP_DBG |  |  | 
-HIP_COHERENT_HOST_ALLOC | hip | legacy | HIP_HOST_COHERENT |  | HIP_ENV |  |  | 
-AMD_LOG_LEVEL | hip | real |  | 0-5 | HIP_DBG |  |  | 
-AMD_LOG_MASK | hip | real |  | 0x1 = API calls | HIP_DBG |  |  | 
-HIP_HOST_COHERENT | hip | real |  |  | HIP_ENV |  |  | 
-HIP_LAUNCH_BLOCKING | hip | real | AMD_SERIALIZE_KERNEL | same as AMD_SERIALIZE_KERNEL; for fault localisation AMD_SERIALIZE_KERNEL=3 AMD_SERIALIZE_COPY=3 | HIP_DBG |  |  | 
-AMD_SERIALIZE_KERNEL | hip | real |  |  | HIP_DBG |  |  | 
-AMD_SERIALIZE_COPY | hip | real |  |  | HIP_DBG |  |  | 
-HIP_VISIBLE_DEVICES | hip | real |  |  | HIP_ENV |  |  | 
-ROCR_VISIBLE_DEVICES | hsa | real |  | filters below HIP; accepts UUIDs | HIP_ENV |  |  | 
-CUDA_VISIBLE_DEVICES | hip | real |  |  | HIP_ENV |  |  | 
-PYTORCH_ROCM_ARCH | torch | real |  | build time only (--offload-arch list); no effect on a run | TORCH_HIP |  |  | 
-HSA_OVERRIDE_GFX_VERSION | hsa | real |  | spoofs the ISA for unsupported GPUs; never set it on MI250/MI300 | HIP_ENV |  |  | 
-PYTORCH_TUNABLEOP_ENABLED | torch | real |  | tune once, then ENABLED=1 TUNING=0 | TUNABLE |  |  | 
-PYTORCH_TUNABLEOP_TUNING | torch | real |  |  | TUNABLE |  |  | 
-PYTORCH_TUNABLEOP_FILENAME | torch | real |  |  | TUNABLE |  |  | 
-PYTORCH_TUNABLEOP_VERBOSE | torch | real |  |  | TUNABLE |  |  | 
-PYTORCH_TUNABLEOP_MAX_TUNING_DURATION_MS | torch | real |  |  | TUNABLE |  |  | 
-TORCH_BLAS_PREFER_HIPBLASLT | torch | real |  | alias of TORCH_BLAS_PREFER_CUBLASLT; =0 forces rocBLAS | TORCH_HIP |  |  | 
-HIPBLASLT_ALLOW_TF32 | torch | real |  | XF32 gate on gfx942 (older PyTorch) | TORCH_HIP |  |  | 
-ROCBLAS_INTERNAL_FP16_ALT_IMPL | rocblas | real |  | MI200 fp16/bf16 denormal flush | TORCH_HIP |  |  | 
-MIOPEN_DEBUG_CONVOLUTION_ATTRIB_FP16_ALT_IMPL | miopen | real |  |  | TORCH_HIP |  |  | 
-HSA_NO_SCRATCH_RECLAIM | hsa | real |  | needed on gfx90a with ROCm >= 7.13 for RCCL small-message latency | RCCL_LOG |  |  | 
-GPU_MAX_HW_QUEUES | hip | real |  | default 4; AMD: 2 with TORCH_NCCL_HIGH_PRIORITY=1 | MI300 |  |  | 
-HIP_FORCE_DEV_KERNARG | hip | real |  | default on since ROCm 6.2 | HIP_ENV |  |  | 
-HSA_XNACK | hsa | real |  | page-fault retry; off by default | HIP_ENV |  |  | 
-HSA_FORCE_FINE_GRAIN_PCIE | hsa | real |  | P2P between PCIe GPUs | HIP_ENV |  |  | 
-PYTORCH_HIP_ALLOC_CONF | torch | real |  | expandable_segments:True is a no-op on ROCm before PyTorch ~2.11 with ROCm >= 7.0 | TORCH_HIP |  |  | 
-PYTORCH_CUDA_ALLOC_CONF | torch | real |  |  | TORCH_HIP |  |  | 
-PYTORCH_NO_HIP_MEMORY_CACHING | torch | real |  |  | TORCH_HIP |  |  | 
-NCCL_PROTO | rccl | real |  | LL, LL128, Simple (comma list, ^ = all except); setting it disables RCCL's own MI300 heuristic | RCCL_TUNE |  |  | 
-NCCL_ALGO | rccl | real |  | Ring, Tree on AMD; setting it disables RCCL's own MI300 heuristic | RCCL_TUNE |  |  | 
-RCCL_OVERRIDE_PROTO | rccl | real |  |  | RCCL_LOG | 2.26.6 |  | 
-RCCL_OVERRIDE_ALGO | rccl | real |  |  | RCCL_LOG | 2.26.6 |  | 
-NCCL_P2P_LL_THRESHOLD | rccl | real |  | P2P only, default 16384 | RCCL_DOC |  |  | 
-RCCL_P2P_NET_THRESHOLD | rccl | real |  | default 131072 | RCCL_DOC |  |  | 
-RCCL_INTRANET_THRESHOLD | rccl | real |  | default 8388608 | RCCL_DOC |  |  | 
-NCCL_LL_BUFFSIZE | rccl | real |  |  | NCCL_DOC |  |  | 
-NCCL_LL128_BUFFSIZE | rccl | real |  |  | NCCL_DOC |  |  | 
-NCCL_BUFFSIZE | rccl | real |  | default 4 MiB | NCCL_DOC |  |  | 
-RCCL_LL128_FORCE_ENABLE | rccl | real |  | LL128 is on by default only on gfx90a in 2.21.5; gfx942 from ROCm 6.4.2 | RCCL_LOG |  |  | 
-NCCL_MIN_NCHANNELS | rccl | real |  | AMD: 112 on MI300X end to end, 32 with < 8 GPUs; bypasses RCCL's MI300X channel model | MI300 |  |  | 
-NCCL_MAX_NCHANNELS | rccl | real |  |  | NCCL_DOC |  |  | 
-NCCL_IB_TIMEOUT | rccl | real |  | 18 in RCCL | NCCL_DOC |  |  | 
-NCCL_IB_RETRY_CNT | rccl | real |  | default 7 | NCCL_DOC |  |  | 
-NCCL_IB_HCA | rccl | real |  |  | NCCL_DOC |  |  | 
-NCCL_IB_GID_INDEX | rccl | real |  | 3 on RoCE | MI300 |  |  | 
-NCCL_SOCKET_IFNAME | rccl | real |  |  | NCCL_DOC |  |  | 
-NCCL_NET_GDR_LEVEL | rccl | real |  |  | NCCL_DOC |  |  | 
-NCCL_CROSS_NIC | rccl | real |  |  | NCCL_DOC |  |  | 
-RCCL_MSCCL_ENABLE | rccl | real |  | AMD images set 0; removed in RCCL 2.28.3 | RCCL_LOG |  | 2.28.3 | 
-RCCL_MSCCLPP_ENABLE | rccl | real |  |  | RCCL_DOC |  |  | 
-NCCL_CUMEM_ENABLE | rccl | real |  | ignored by 2.21.5; must be 1 on Broadcom Thor2 with ROCm >= 7.1 | RCCL_LOG |  |  | 
-NCCL_DEBUG | rccl | real |  | VERSION, WARN, INFO, TRACE | NCCL_DOC |  |  | 
-NCCL_DEBUG_SUBSYS | rccl | real |  |  | NCCL_DOC |  |  | 
-NCCL_DEBUG_FILE | rccl | real |  |  | NCCL_DOC |  |  | 
-NCCL_NVLS_ENABLE | nccl | real |  | NVIDIA only (NVLink SHARP) | NCCL_DOC |  |  | 
-TORCH_NCCL_ASYNC_ERROR_HANDLING | torch | real |  | 3 (default): tear down without abort; flight-recorder dumps need 3 | PG_NCCL |  |  | 
-TORCH_NCCL_BLOCKING_WAIT | torch | real |  |  | PG_NCCL |  |  | 
-TORCH_NCCL_ENABLE_MONITORING | torch | real |  |  | PG_NCCL |  |  | 
-TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC | torch | real |  | default 480 s | PG_NCCL |  |  | 
-TORCH_FR_BUFFER_SIZE | torch | real |  | flight-recorder entries (2000) | FR |  |  | 
+RCCL_PROTO | rccl | fabricated | NCCL_PROTO | RCCL reads the NCCL_* names | RCCL_DOC |  |  |
+RCCL_ALGO | rccl | fabricated | NCCL_ALGO | RCCL reads the NCCL_* names | RCCL_DOC |  |  |
+RCCL_LL_THRESHOLD | rccl | fabricated | NCCL_PROTO / RCCL_OVERRIDE_PROTO | no LL threshold exists in RCCL; P2P only: NCCL_P2P_LL_THRESHOLD | RCCL_TUNE |  |  |
+NCCL_LL_THRESHOLD | nccl | dead | NCCL_PROTO / RCCL_OVERRIDE_PROTO | removed from NCCL between 2.4.8 and 2.5.6; RCCL never reads it (silently ignored) | NCCL25 |  |  |
+NCCL_TREE_THRESHOLD | nccl | dead | NCCL_ALGO / RCCL_OVERRIDE_ALGO | removed from NCCL between 2.4.8 and 2.5.6; RCCL never reads it (silently ignored) | NCCL25 |  |  |
+NCCL_LL128_THRESHOLD | nccl | fabricated | NCCL_PROTO | never existed in NCCL or RCCL | NCCL_DOC |  |  |
+RCCL_ENABLE_MSCCLPP | rccl | fabricated | RCCL_MSCCLPP_ENABLE | a misspelling in AMD's docs; RCCL reads RCCL_MSCCLPP_ENABLE | RCCL_DOC |  |  |
+HIP_MATRIX_ACCUMULATE_PRECISION | hip | fabricated | torch.set_float32_matmul_precision / compute type | GEMM accumulation is chosen by the compute type (ROCM_FACTS §4) | TORCH_HIP |  |  |
+TORCH_HIP_MEM_POOL_ENABLE | torch | fabricated | PYTORCH_HIP_ALLOC_CONF | allocator knobs: PYTORCH_HIP_ALLOC_CONF (= PYTORCH_CUDA_ALLOC_CONF), PYTORCH_NO_HIP_MEMORY_CACHING=1 | TORCH_HIP |  |  |
+HIP_ENABLE_DOUBLE_BUFFER | hip | fabricated |  | no equivalent exists | HIP_ENV |  |  |
+HIP_TRACE_API | hip | legacy | AMD_LOG_LEVEL | HCC era; use AMD_LOG_LEVEL (0-5) + AMD_LOG_MASK (0x1 API calls) | HIP_DBG |  |  |
+HIP_DB | hip | legacy | AMD_LOG_LEVEL | HCC era; use AMD_LOG_LEVEL + AMD_LOG_MASK | HIP_DBG |  |  |
+HIP_COHERENT_HOST_ALLOC | hip | legacy | HIP_HOST_COHERENT |  | HIP_ENV |  |  |
+AMD_LOG_LEVEL | hip | real |  | 0-5 | HIP_DBG |  |  |
+AMD_LOG_MASK | hip | real |  | 0x1 = API calls | HIP_DBG |  |  |
+HIP_HOST_COHERENT | hip | real |  |  | HIP_ENV |  |  |
+HIP_LAUNCH_BLOCKING | hip | real | AMD_SERIALIZE_KERNEL | same as AMD_SERIALIZE_KERNEL; for fault localisation AMD_SERIALIZE_KERNEL=3 AMD_SERIALIZE_COPY=3 | HIP_DBG |  |  |
+AMD_SERIALIZE_KERNEL | hip | real |  |  | HIP_DBG |  |  |
+AMD_SERIALIZE_COPY | hip | real |  |  | HIP_DBG |  |  |
+HIP_VISIBLE_DEVICES | hip | real |  |  | HIP_ENV |  |  |
+ROCR_VISIBLE_DEVICES | hsa | real |  | filters below HIP; accepts UUIDs | HIP_ENV |  |  |
+CUDA_VISIBLE_DEVICES | hip | real |  |  | HIP_ENV |  |  |
+PYTORCH_ROCM_ARCH | torch | real |  | build time only (--offload-arch list); no effect on a run | TORCH_HIP |  |  |
+HSA_OVERRIDE_GFX_VERSION | hsa | real |  | spoofs the ISA for unsupported GPUs; never set it on MI250/MI300 | HIP_ENV |  |  |
+PYTORCH_TUNABLEOP_ENABLED | torch | real |  | tune once, then ENABLED=1 TUNING=0 | TUNABLE |  |  |
+PYTORCH_TUNABLEOP_TUNING | torch | real |  |  | TUNABLE |  |  |
+PYTORCH_TUNABLEOP_FILENAME | torch | real |  |  | TUNABLE |  |  |
+PYTORCH_TUNABLEOP_VERBOSE | torch | real |  |  | TUNABLE |  |  |
+PYTORCH_TUNABLEOP_MAX_TUNING_DURATION_MS | torch | real |  |  | TUNABLE |  |  |
+TORCH_BLAS_PREFER_HIPBLASLT | torch | real |  | alias of TORCH_BLAS_PREFER_CUBLASLT; =0 forces rocBLAS | TORCH_HIP |  |  |
+HIPBLASLT_ALLOW_TF32 | torch | real |  | XF32 gate on gfx942 (older PyTorch) | TORCH_HIP |  |  |
+ROCBLAS_INTERNAL_FP16_ALT_IMPL | rocblas | real |  | MI200 fp16/bf16 denormal flush | TORCH_HIP |  |  |
+MIOPEN_DEBUG_CONVOLUTION_ATTRIB_FP16_ALT_IMPL | miopen | real |  |  | TORCH_HIP |  |  |
+HSA_NO_SCRATCH_RECLAIM | hsa | real |  | needed on gfx90a with ROCm >= 7.13 for RCCL small-message latency | RCCL_LOG |  |  |
+GPU_MAX_HW_QUEUES | hip | real |  | default 4; AMD: 2 with TORCH_NCCL_HIGH_PRIORITY=1 | MI300 |  |  |
+HIP_FORCE_DEV_KERNARG | hip | real |  | default on since ROCm 6.2 | HIP_ENV |  |  |
+HSA_XNACK | hsa | real |  | page-fault retry; off by default | HIP_ENV |  |  |
+HSA_FORCE_FINE_GRAIN_PCIE | hsa | real |  | P2P between PCIe GPUs | HIP_ENV |  |  |
+PYTORCH_HIP_ALLOC_CONF | torch | real |  | expandable_segments:True is a no-op on ROCm before PyTorch ~2.11 with ROCm >= 7.0 | TORCH_HIP |  |  |
+PYTORCH_CUDA_ALLOC_CONF | torch | real |  |  | TORCH_HIP |  |  |
+PYTORCH_NO_HIP_MEMORY_CACHING | torch | real |  |  | TORCH_HIP |  |  |
+NCCL_PROTO | rccl | real |  | LL, LL128, Simple (comma list, ^ = all except); setting it disables RCCL's own MI300 heuristic | RCCL_TUNE |  |  |
+NCCL_ALGO | rccl | real |  | Ring, Tree on AMD; setting it disables RCCL's own MI300 heuristic | RCCL_TUNE |  |  |
+RCCL_OVERRIDE_PROTO | rccl | real |  |  | RCCL_LOG | 2.26.6 |  |
+RCCL_OVERRIDE_ALGO | rccl | real |  |  | RCCL_LOG | 2.26.6 |  |
+NCCL_P2P_LL_THRESHOLD | rccl | real |  | P2P only, default 16384 | RCCL_DOC |  |  |
+RCCL_P2P_NET_THRESHOLD | rccl | real |  | default 131072 | RCCL_DOC |  |  |
+RCCL_INTRANET_THRESHOLD | rccl | real |  | default 8388608 | RCCL_DOC |  |  |
+NCCL_LL_BUFFSIZE | rccl | real |  |  | NCCL_DOC |  |  |
+NCCL_LL128_BUFFSIZE | rccl | real |  |  | NCCL_DOC |  |  |
+NCCL_BUFFSIZE | rccl | real |  | default 4 MiB | NCCL_DOC |  |  |
+RCCL_LL128_FORCE_ENABLE | rccl | real |  | LL128 is on by default only on gfx90a in 2.21.5; gfx942 from ROCm 6.4.2 | RCCL_LOG |  |  |
+NCCL_MIN_NCHANNELS | rccl | real |  | AMD: 112 on MI300X end to end, 32 with < 8 GPUs; bypasses RCCL's MI300X channel model | MI300 |  |  |
+NCCL_MAX_NCHANNELS | rccl | real |  |  | NCCL_DOC |  |  |
+NCCL_IB_TIMEOUT | rccl | real |  | 18 in RCCL | NCCL_DOC |  |  |
+NCCL_IB_RETRY_CNT | rccl | real |  | default 7 | NCCL_DOC |  |  |
+NCCL_IB_HCA | rccl | real |  |  | NCCL_DOC |  |  |
+NCCL_IB_GID_INDEX | rccl | real |  | 3 on RoCE | MI300 |  |  |
+NCCL_SOCKET_IFNAME | rccl | real |  |  | NCCL_DOC |  |  |
+NCCL_NET_GDR_LEVEL | rccl | real |  |  | NCCL_DOC |  |  |
+NCCL_CROSS_NIC | rccl | real |  |  | NCCL_DOC |  |  |
+RCCL_MSCCL_ENABLE | rccl | real |  | AMD images set 0; removed in RCCL 2.28.3 | RCCL_LOG |  | 2.28.3 |
+RCCL_MSCCLPP_ENABLE | rccl | real |  |  | RCCL_DOC |  |  |
+NCCL_CUMEM_ENABLE | rccl | real |  | ignored by 2.21.5; must be 1 on Broadcom Thor2 with ROCm >= 7.1 | RCCL_LOG |  |  |
+NCCL_DEBUG | rccl | real |  | VERSION, WARN, INFO, TRACE | NCCL_DOC |  |  |
+NCCL_DEBUG_SUBSYS | rccl | real |  |  | NCCL_DOC |  |  |
+NCCL_DEBUG_FILE | rccl | real |  |  | NCCL_DOC |  |  |
+NCCL_NVLS_ENABLE | nccl | real |  | NVIDIA only (NVLink SHARP) | NCCL_DOC |  |  |
+TORCH_NCCL_ASYNC_ERROR_HANDLING | torch | real |  | 3 (default): tear down without abort; flight-recorder dumps need 3 | PG_NCCL |  |  |
+TORCH_NCCL_BLOCKING_WAIT | torch | real |  |  | PG_NCCL |  |  |
+TORCH_NCCL_ENABLE_MONITORING | torch | real |  |  | PG_NCCL |  |  |
+TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC | torch | real |  | default 480 s | PG_NCCL |  |  |
+TORCH_FR_BUFFER_SIZE | torch | real |  | flight-recorder entries (2000) | FR |  |  |
 TORCH_NCCL_TRACE_BUFFER_SIZE | torch | real |  |  | FR |  |  | TORCH_FR_BUFFER_SIZE
-TORCH_NCCL_DUMP_ON_TIMEOUT | torch | real |  |  | PG_NCCL |  |  | 
-TORCH_FR_DUMP_TEMP_FILE | torch | real |  | dump prefix, one file per rank | FR |  |  | 
+TORCH_NCCL_DUMP_ON_TIMEOUT | torch | real |  |  | PG_NCCL |  |  |
+TORCH_FR_DUMP_TEMP_FILE | torch | real |  | dump prefix, one file per rank | FR |  |  |
 TORCH_NCCL_DEBUG_INFO_TEMP_FILE | torch | real |  |  | FR |  |  | TORCH_FR_DUMP_TEMP_FILE
-TORCH_NCCL_DESYNC_DEBUG | torch | real |  |  | PG_NCCL |  |  | 
-TORCH_NCCL_HIGH_PRIORITY | torch | real |  |  | PG_NCCL |  |  | 
+TORCH_NCCL_DESYNC_DEBUG | torch | real |  |  | PG_NCCL |  |  |
+TORCH_NCCL_HIGH_PRIORITY | torch | real |  |  | PG_NCCL |  |  |
 """
 _SOURCES = {
     "RCCL_DOC": _RCCL_DOC, "NCCL_DOC": _NCCL_DOC, "RCCL_LOG": _RCCL_LOG, "RCCL_TUNE": _RCCL_TUNE,

@@ -162,3 +162,19 @@ def test_sweep_keeps_baseline_when_nothing_wins(tmp_path: Path, fixtures_dir: Pa
     preset = OmegaConf.load(out / "measured.yaml")
     assert len(preset) == 0  # baseline added automatically; +1% is under the 3% margin
     assert os.path.getsize(out / "sweep.png") > 1000
+
+
+def test_sweep_on_time_metric(tmp_path: Path, fixtures_dir: Path) -> None:
+    """One GPU: busbw is 0 by definition, so the sweep compares times (lower is better)."""
+    bins = tmp_path / "bin"
+    write_fake(bins, "all_reduce_perf", fixture=fixtures_dir / "rccl_tests" / MI300X_LOG,
+               proto_scale={"LL": 2.0, "Simple": 0.5})  # fmt: skip
+    out = tmp_path / "out"
+    args = ["sweep", "--tests-dir", str(bins), "--collectives", "all_reduce", "--protocols",
+            "unset,LL,Simple", "--out", str(out), "--metric", "time", "--algorithms", "unset"]  # fmt: skip
+    assert main(args) == 0
+    table = (out / "sweep.md").read_text()
+    assert "### all_reduce: time us (out-of-place)" in table
+    assert "| 8 | 45.92 | 22.96 | 91.84 |" in table  # the real 8-byte time, halved and doubled
+    assert "| proto=LL | 2.000 |" in table and "| proto=Simple | 0.500 |" in table
+    assert OmegaConf.load(out / "measured.yaml").protocol == "LL"

@@ -123,6 +123,12 @@ def _parser() -> argparse.ArgumentParser:
         help="score settings on sizes >= SIZE (the sizes your workload sends)",
     )
     s.add_argument(
+        "--metric",
+        choices=tuple(sweep.METRICS),
+        default="busbw",
+        help="compare busbw (default), algbw or time (on a single GPU busbw is 0: use time)",
+    )
+    s.add_argument(
         "--margin",
         type=float,
         default=0.03,
@@ -247,6 +253,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         command=command,
         score_min_bytes=args.score_min_bytes,
         margin=args.margin,
+        metric=args.metric,
     )
     print(paths["table"].read_text())
     for kind, path in paths.items():

@@ -7,10 +7,12 @@
 Each setting is an :class:`~rocmtrain.config.rccl.RcclConfig` turned into env vars by the same code a
 training run uses (:func:`rocmtrain.comms.rccl.plan_rccl_env`), so a preset means what was measured.
 ``unset`` really removes the variable from the child's environment (RCCL's own tuning), and is the
-baseline. Outputs in ``--out``: ``sweep.md`` (busbw per size and setting, failures named), ``sweep.json``,
-``sweep.png`` (busbw vs size per setting, one panel per collective) and ``<preset-name>.yaml`` in the
-``configs/rccl/`` format. The preset picks the setting with the best geometric-mean busbw ratio over
-the baseline for sizes >= ``score_min_bytes``; a gain under ``margin`` keeps the baseline (sets nothing).
+baseline. Outputs in ``--out``: ``sweep.md`` (the metric per size and setting, failures named), ``sweep.json``,
+``sweep.png`` (the metric vs size per setting, one panel per collective) and ``<preset-name>.yaml`` in the
+``configs/rccl/`` format. The preset picks the setting with the best geometric-mean speed-up over the
+baseline for sizes >= ``score_min_bytes``; a gain under ``margin`` keeps the baseline (sets nothing).
+``--metric`` picks what is compared: busbw (default), algbw, or time — on a single GPU busbw is 0 by
+definition (nccl-tests scales it by (n-1)/n), so sweep ``time`` there.
 """
 
 from __future__ import annotations
@@ -88,9 +90,15 @@ class SweepRun:
     rows: list[Row] = field(default_factory=list)
 
 
-def _busbw(row: Row) -> float:
+#: what a sweep compares: column, unit, and whether higher is better
+METRICS = {"busbw": ("busbw_gbps", "GB/s", True), "algbw": ("algbw_gbps", "GB/s", True),
+           "time": ("time_us", "us", False)}  # fmt: skip
+
+
+def _value(row: Row, metric: str = "busbw") -> float:
+    """The out-of-place value (in-place when only that block exists)."""
     m = row.out_of_place or row.in_place
-    return m.busbw_gbps if m is not None else float("nan")
+    return getattr(m, METRICS[metric][0]) if m is not None else float("nan")
 
 
 def child_env(base: Mapping[str, str], setting_env: Mapping[str, str]) -> dict[str, str]:
@@ -135,9 +143,16 @@ def run_sweep(
     return runs
 
 
-def score(runs: Sequence[SweepRun], *, score_min_bytes: int = 0) -> dict[Setting, float | None]:
-    """Geometric mean of busbw(setting)/busbw(baseline) per size; None when a run failed."""
-    base = {(r.collective, row.size_bytes): _busbw(row) for r in runs
+def score(
+    runs: Sequence[SweepRun], *, score_min_bytes: int = 0, metric: str = "busbw"
+) -> dict[Setting, float | None]:
+    """Geometric mean over sizes of the speed-up vs the baseline (value ratio, or time ratio
+    baseline/setting for ``time``); > 1 is better. None when a run of the setting failed.
+
+    On one rank busbw is 0 by definition (factor (n-1)/n): use ``metric="time"`` there.
+    """
+    higher = METRICS[metric][2]
+    base = {(r.collective, row.size_bytes): _value(row, metric) for r in runs
             if r.setting == Setting() and r.ok for row in r.rows}  # fmt: skip
     out: dict[Setting, float | None] = {}
     for setting in dict.fromkeys(r.setting for r in runs):
@@ -145,10 +160,10 @@ def score(runs: Sequence[SweepRun], *, score_min_bytes: int = 0) -> dict[Setting
         if not all(r.ok for r in mine):
             out[setting] = None
             continue
-        logs = [math.log(_busbw(row) / base[(r.collective, row.size_bytes)])
+        logs = [(1 if higher else -1) * math.log(_value(row, metric) / base[(r.collective, row.size_bytes)])
                 for r in mine for row in r.rows
                 if row.size_bytes >= score_min_bytes and base.get((r.collective, row.size_bytes), 0) > 0
-                and _busbw(row) > 0]  # fmt: skip
+                and _value(row, metric) > 0]  # fmt: skip
         out[setting] = math.exp(sum(logs) / len(logs)) if logs else None
     return out
 
@@ -162,14 +177,17 @@ def choose(scores: Mapping[Setting, float | None], *, margin: float = 0.03) -> S
     return best if valid[best] > 1.0 + margin and best != Setting() else Setting()
 
 
-def table_markdown(runs: Sequence[SweepRun], scores: Mapping[Setting, float | None]) -> str:
-    """busbw (GB/s, out-of-place) per size × setting, one table per collective, then the scores."""
+def table_markdown(
+    runs: Sequence[SweepRun], scores: Mapping[Setting, float | None], *, metric: str = "busbw"
+) -> str:
+    """The metric (out-of-place) per size × setting, one table per collective, then the scores."""
+    unit = METRICS[metric][1]
     lines: list[str] = []
     settings = list(dict.fromkeys(r.setting for r in runs))
     for coll in dict.fromkeys(r.collective for r in runs):
         mine = {r.setting: r for r in runs if r.collective == coll}
         sizes = sorted({row.size_bytes for r in mine.values() for row in r.rows})
-        lines += [f"### {coll}: busbw GB/s (out-of-place)", "",
+        lines += [f"### {coll}: {metric} {unit} (out-of-place)", "",
                   "| size (B) | " + " | ".join(s.name for s in settings) + " |",
                   "|---:|" + "---:|" * len(settings)]  # fmt: skip
         for size in sizes:
@@ -180,13 +198,13 @@ def table_markdown(runs: Sequence[SweepRun], scores: Mapping[Setting, float | No
                     if s in mine
                     else None
                 )
-                cells.append("—" if row is None else f"{_busbw(row):.2f}")
+                cells.append("—" if row is None else f"{_value(row, metric):.2f}")
             lines.append(f"| {size} | " + " | ".join(cells) + " |")
         failed = [f"- {s.name}: {'; '.join(mine[s].errors[:2])}" for s in settings
                   if s in mine and not mine[s].ok]  # fmt: skip
         lines += ["", *(["Failed runs:", *failed, ""] if failed else [])]
     lines += [
-        "### score: geometric-mean busbw ratio vs unset",
+        f"### score: geometric-mean {metric} speed-up vs unset (> 1 is better)",
         "",
         "| setting | score |",
         "|---|---:|",
@@ -196,8 +214,8 @@ def table_markdown(runs: Sequence[SweepRun], scores: Mapping[Setting, float | No
     return "\n".join(lines) + "\n"
 
 
-def plot_png(runs: Sequence[SweepRun], path: Path) -> None:
-    """busbw vs message size, one line per setting, one panel per collective (matplotlib Agg)."""
+def plot_png(runs: Sequence[SweepRun], path: Path, *, metric: str = "busbw") -> None:
+    """The metric vs message size, one line per setting, one panel per collective (matplotlib Agg)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -207,11 +225,13 @@ def plot_png(runs: Sequence[SweepRun], path: Path) -> None:
     fig, axes = plt.subplots(1, len(colls), figsize=(6.5 * len(colls), 4.5), squeeze=False)
     for ax, coll in zip(axes[0], colls, strict=True):
         for r in (r for r in runs if r.collective == coll and r.rows):
-            ax.plot([row.size_bytes for row in r.rows], [_busbw(row) for row in r.rows],
+            ax.plot([row.size_bytes for row in r.rows], [_value(row, metric) for row in r.rows],
                     marker=".", label=r.setting.name + ("" if r.ok else " (FAILED)"))  # fmt: skip
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size (bytes)")
-        ax.set_ylabel("bus bandwidth (GB/s)")
+        ax.set_ylabel(f"{metric} ({METRICS[metric][1]})")
+        if not METRICS[metric][2]:
+            ax.set_yscale("log")
         ax.set_title(coll)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
@@ -220,13 +240,15 @@ def plot_png(runs: Sequence[SweepRun], path: Path) -> None:
     plt.close(fig)
 
 
-def preset_yaml(chosen: Setting, scores: Mapping[Setting, float | None], *, command: str) -> str:
+def preset_yaml(
+    chosen: Setting, scores: Mapping[Setting, float | None], *, command: str, metric: str = "busbw"
+) -> str:
     """A ``configs/rccl/`` option file: only the chosen knobs; comments say how it was measured."""
     head = [
         "# Generated by `python -m rocmtrain rccl-tests sweep` — measured, not folklore.",
         f"# date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
         f"# command: {command}",
-        "# scores (geometric-mean busbw ratio vs unset; failed = a run failed):",
+        f"# scores (geometric-mean {metric} speed-up vs unset; failed = a run failed):",
         *[f"#   {s.name}: {'failed' if v is None else f'{v:.3f}'}" for s, v in scores.items()],
         f"# chosen: {chosen.name}",
     ]
@@ -249,14 +271,15 @@ def write_outputs(
     command: str,
     score_min_bytes: int = 0,
     margin: float = 0.03,
+    metric: str = "busbw",
 ) -> dict[str, Path]:
     """Write sweep.md, sweep.json, sweep.png and <preset_name>.yaml; return their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    scores = score(runs, score_min_bytes=score_min_bytes)
+    scores = score(runs, score_min_bytes=score_min_bytes, metric=metric)
     chosen = choose(scores, margin=margin)
     paths = {"table": out_dir / "sweep.md", "json": out_dir / "sweep.json",
              "plot": out_dir / "sweep.png", "preset": out_dir / f"{preset_name}.yaml"}  # fmt: skip
-    paths["table"].write_text(f"# rccl-tests sweep\n\n`{command}`\n\n{table_markdown(runs, scores)}"
+    paths["table"].write_text(f"# rccl-tests sweep\n\n`{command}`\n\n{table_markdown(runs, scores, metric=metric)}"
                               f"\nchosen: **{chosen.name}**\n")  # fmt: skip
     paths["json"].write_text(json.dumps({
         "command": command, "chosen": asdict(chosen),
@@ -266,9 +289,9 @@ def write_outputs(
                   "rows": [asdict(row) for row in r.rows]} for r in runs],
     }, indent=1))  # fmt: skip
     try:
-        plot_png(runs, paths["plot"])
+        plot_png(runs, paths["plot"], metric=metric)
     except ImportError as exc:  # no matplotlib: the table, JSON and preset still count
         paths["plot"].with_suffix(".txt").write_text(f"no plot: {exc}; pip install matplotlib\n")
         del paths["plot"]
-    paths["preset"].write_text(preset_yaml(chosen, scores, command=command))
+    paths["preset"].write_text(preset_yaml(chosen, scores, command=command, metric=metric))
     return paths
