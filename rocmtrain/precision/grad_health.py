@@ -9,7 +9,8 @@ unscaled the gradients), every optimizer step:
 - every ``log_every_n_steps``: ``grad_norm/<group>`` and ``grad_norm/total`` through ``self.log``
   (so every Lightning logger gets them); groups are embeddings / dense_arch / interaction / over_arch
   (from parameter names, :func:`rocmtrain.precision.policy.group_of`) and ``other``.
-- a NaN/Inf gradient: logs ``grad_health/nonfinite=1`` and a warning naming the first offending
+- every step: ``grad_health/nonfinite`` (0/1) and ``grad_health/nonfinite_params`` (count).
+- a NaN/Inf gradient: the group norms of that step (NaN where the group has one), and a warning naming the first offending
   parameter (model order), its group and the step; the event is kept in ``callback.events``.
   ``on_nonfinite``: ``log`` (step anyway), ``skip_step`` (drop all grads, so ``optimizer.step``
   leaves every parameter and optimizer state untouched), ``raise`` (stop with a FloatingPointError).
@@ -83,11 +84,14 @@ class GradHealthCallback(pl.Callback):
             [torch.linalg.vector_norm(p.grad.detach(), dtype=torch.float32) for _, p in named]
         )
         finite = torch.isfinite(norms).cpu()
-        if bool(finite.all()):
-            if step % self._every == 0:
-                self._log_norms(pl_module, named, norms)
-            return
-        self._handle_nonfinite(trainer, pl_module, optimizer, named, finite, step)
+        ok = bool(finite.all())
+        if step % self._every == 0 or not ok:
+            self._log_norms(pl_module, named, norms)
+        bad = 0 if ok else self._handle_nonfinite(trainer, pl_module, optimizer, named, finite, step)
+        # logged every step (0 when healthy): Lightning loggers repeat a key's last value otherwise
+        metric = "grad_health/overflow" if getattr(trainer.precision_plugin, "scaler", None) else "grad_health/nonfinite"
+        pl_module.log(metric, float(bad > 0), on_step=True, on_epoch=False, batch_size=1)
+        pl_module.log("grad_health/nonfinite_params", float(bad), on_step=True, on_epoch=False, batch_size=1)
 
     def _log_norms(self, pl_module: pl.LightningModule, named: list, norms: torch.Tensor) -> None:
         sq: dict[str, torch.Tensor] = {}
@@ -106,12 +110,13 @@ class GradHealthCallback(pl.Callback):
         named: list,
         finite: torch.Tensor,
         step: int,
-    ) -> None:
+    ) -> int:
+        """Record, log and act on a non-finite gradient; returns the number of bad parameters."""
         bad = [i for i, ok in enumerate(finite.tolist()) if not ok]
         # the norm can overflow for a huge finite grad: confirm on the tensor itself
         bad = [i for i in bad if not bool(torch.isfinite(named[i][1].grad).all())]
         if not bad:
-            return
+            return 0
         name, param = named[bad[0]]
         kind = "nan" if bool(torch.isnan(param.grad).any()) else "inf"
         scaler = getattr(trainer.precision_plugin, "scaler", None)
@@ -121,13 +126,10 @@ class GradHealthCallback(pl.Callback):
             action = {"log": "logged", "skip_step": "skipped", "raise": "raised"}[self._action]
         event = NonFiniteEvent(step, name, group_of(name), kind, len(bad), action)
         self.events.append(event)
-        metric = "grad_health/overflow" if scaler is not None else "grad_health/nonfinite"
-        pl_module.log(metric, 1.0, on_step=True, on_epoch=False, batch_size=1)
-        pl_module.log("grad_health/nonfinite_params", float(len(bad)), on_step=True, on_epoch=False, batch_size=1)
         where = f"{kind.upper()} gradient at step {step} in parameter {name!r} (group {event.group}); {len(bad)} parameter(s) affected"
         if action == "scaler_skipped":
             log.info("grad health: %s: fp16 loss-scale overflow, GradScaler skips this step", where)
-            return
+            return len(bad)
         if action == "raised":
             raise FloatingPointError(
                 f"{where}. Set precision.grad_health.on_nonfinite=skip_step to skip such steps, "
@@ -141,6 +143,7 @@ class GradHealthCallback(pl.Callback):
             log.warning("grad health: %s; optimizer step skipped", where)
         else:
             log.warning("grad health: %s; stepping anyway (on_nonfinite=log)", where)
+        return len(bad)
 
 
 __all__ = ["GROUPS", "GradHealthCallback", "NonFiniteEvent"]
