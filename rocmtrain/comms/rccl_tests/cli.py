@@ -238,7 +238,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if sweep.Setting() not in settings:  # the baseline every score is relative to
         settings.insert(0, sweep.Setting())
     base = {**os.environ, **_env_pairs(args.env)}
-    command = shlex.join(["python", "-m", "rocmtrain", "rccl-tests", "sweep", *sys.argv[2:]])
+    command = shlex.join(["python", "-m", "rocmtrain", "rccl-tests", *args.argv])
     try:
         runs = sweep.run_sweep(collectives=colls, settings=settings, spec=_spec(args),
                                out_dir=args.out, search_dirs=args.tests_dir,
@@ -268,7 +268,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     try:
-        args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+        argv = list(sys.argv[1:] if argv is None else argv)
+        args = ap.parse_args(argv)
+        args.argv = argv
     except SystemExit as exc:  # argparse already printed the message
         return exit_codes.USAGE if exc.code else exit_codes.OK
     try:

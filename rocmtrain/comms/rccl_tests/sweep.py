@@ -54,7 +54,7 @@ class Setting:
         parts = [f"proto={self.protocol}" if self.protocol else "",
                  f"algo={self.algorithm}" if self.algorithm else "",
                  f"ch={self.channels}" if self.channels else ""]  # fmt: skip
-        return " ".join(p for p in parts if p) or "unset (RCCL decides)"
+        return " ".join(p for p in parts if p) or "unset (library decides)"
 
     def config(self) -> RcclConfig:
         return RcclConfig(protocol=self.protocol, algorithm=self.algorithm,
