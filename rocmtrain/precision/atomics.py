@@ -46,7 +46,9 @@ _warned: set[str] = set()
 def accumulation_dtype(dtype: torch.dtype, policy: str = "auto") -> torch.dtype:
     """The dtype the sum is accumulated in for a destination of ``dtype`` under ``policy``."""
     if policy not in ("auto", "fp32", "native"):
-        raise ValueError(f"atomics policy={policy!r} is not valid; allowed: 'auto', 'fp32', 'native'")
+        raise ValueError(
+            f"atomics policy={policy!r} is not valid; allowed: 'auto', 'fp32', 'native'"
+        )
     if policy == "native" or dtype not in _LOW_PRECISION:
         return dtype
     return torch.float32
@@ -123,7 +125,9 @@ if triton is not None:
         tl.atomic_add(acc_ptr + dst[:, None] * dim + cols[None, :], vals, mask=mask, sem="relaxed")
 
 
-def _triton_index_add_rows(acc: torch.Tensor, index: torch.Tensor, src: torch.Tensor, alpha: float) -> None:
+def _triton_index_add_rows(
+    acc: torch.Tensor, index: torch.Tensor, src: torch.Tensor, alpha: float
+) -> None:
     """``acc[index[i], :] += alpha * src[i, :]`` with fp32 atomics; acc fp32 [R, D] contiguous."""
     n, d = src.shape
     if n == 0 or d == 0:
@@ -133,7 +137,15 @@ def _triton_index_add_rows(acc: torch.Tensor, index: torch.Tensor, src: torch.Te
     block_n = max(1, min(1024, 4096 // block_d))
     grid = (triton.cdiv(n, block_n), triton.cdiv(d, block_d))
     _index_add_rows_kernel[grid](
-        acc, src, index.contiguous(), n, d, src.stride(0), float(alpha), BLOCK_N=block_n, BLOCK_D=block_d
+        acc,
+        src,
+        index.contiguous(),
+        n,
+        d,
+        src.stride(0),
+        float(alpha),
+        BLOCK_N=block_n,
+        BLOCK_D=block_d,
     )
 
 
@@ -176,7 +188,9 @@ def index_add(
     acc = d_moved.to(torch.float32).contiguous().view(d_moved.shape[0], -1)
     src = source.movedim(dim, 0).reshape(source.shape[dim], -1)
     if src.shape[1] != acc.shape[1]:
-        raise ValueError(f"source shape {tuple(source.shape)} does not match dest {tuple(dest.shape)}")
+        raise ValueError(
+            f"source shape {tuple(source.shape)} does not match dest {tuple(dest.shape)}"
+        )
     _triton_index_add_rows(acc, index, src, alpha)
     d_moved.copy_(acc.view(d_moved.shape))
     return dest
@@ -263,5 +277,7 @@ def embedding_bag_grad(
         scale = w if scale is None else scale * w
     if scale is not None:
         rows = rows * scale[:, None]
-    out = torch.zeros(num_embeddings, grad_output.shape[1], dtype=out_dtype, device=grad_output.device)
+    out = torch.zeros(
+        num_embeddings, grad_output.shape[1], dtype=out_dtype, device=grad_output.device
+    )
     return index_add(out, indices, rows, policy=policy, backend=backend)

@@ -124,7 +124,9 @@ def _nvidia_row(arch: str) -> str:
     return "sm_70"
 
 
-def capabilities_for(arch: str | None, *, rocm_version: tuple[int, ...] | None = None) -> ArchCapabilities:
+def capabilities_for(
+    arch: str | None, *, rocm_version: tuple[int, ...] | None = None
+) -> ArchCapabilities:
     """The row for ``arch`` (``gfx942:sramecc+`` and ``sm_86`` are normalised).
 
     Unknown AMD archs get a conservative row (fp32 atomics only, no XF32, no fine-grained atomics).

@@ -39,9 +39,13 @@ class TinyDLRM(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.embeddings = nn.ModuleList(nn.EmbeddingBag(n, _D, mode="sum") for n in _TABLES)
-        self.dense_arch = nn.Sequential(nn.Linear(_DENSE, 32), nn.ReLU(), nn.Linear(32, _D), nn.ReLU())
+        self.dense_arch = nn.Sequential(
+            nn.Linear(_DENSE, 32), nn.ReLU(), nn.Linear(32, _D), nn.ReLU()
+        )
         f1 = len(_TABLES) + 1
-        self.over_arch = nn.Sequential(nn.Linear(_D + f1 * (f1 - 1) // 2, 32), nn.ReLU(), nn.Linear(32, 1))
+        self.over_arch = nn.Sequential(
+            nn.Linear(_D + f1 * (f1 - 1) // 2, 32), nn.ReLU(), nn.Linear(32, 1)
+        )
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
         """``dense`` [B, 8] float, ``sparse`` [B, F, 2] indices (2 ids per bag) → logits [B]."""
@@ -59,7 +63,9 @@ def _batches(n: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.
     out = []
     for _ in range(n):
         dense = torch.randn(_BATCH, _DENSE, generator=g)
-        sparse = torch.stack([torch.randint(0, rows, (_BATCH, 2), generator=g) for rows in _TABLES], 1)
+        sparse = torch.stack(
+            [torch.randint(0, rows, (_BATCH, 2), generator=g) for rows in _TABLES], 1
+        )
         logit = dense @ w_dense + sum(w[sparse[:, f]].sum(-1) for f, w in enumerate(w_sparse))
         labels = torch.bernoulli(torch.sigmoid(logit), generator=g)
         out.append((dense, sparse, labels))
@@ -85,7 +91,9 @@ def _sgd_step(model: nn.Module, loss_scale: float) -> bool:
     return True
 
 
-def run_model(*, device: str = "cpu", steps: int = DEFAULT_STEPS, mode: str = "32", seed: int = 0) -> dict[str, Any]:
+def run_model(
+    *, device: str = "cpu", steps: int = DEFAULT_STEPS, mode: str = "32", seed: int = 0
+) -> dict[str, Any]:
     """Train :class:`TinyDLRM` for ``steps`` SGD steps; per-step loss, eval loss and AUC."""
     if steps < 1:
         raise ValueError(f"--drift-steps={steps} must be >= 1")
@@ -105,7 +113,10 @@ def run_model(*, device: str = "cpu", steps: int = DEFAULT_STEPS, mode: str = "3
         _sgd_step(model, loss_scale)
         losses.append(float(loss.detach()))
     model.eval()
-    with torch.no_grad(), torch.autocast(device, dtype=amp or torch.float32, enabled=amp is not None):
+    with (
+        torch.no_grad(),
+        torch.autocast(device, dtype=amp or torch.float32, enabled=amp is not None),
+    ):
         evals = data[steps:]
         logits = torch.cat([model(d.to(device), s.to(device)).float().cpu() for d, s, _ in evals])
     labels = torch.cat([y for _, _, y in evals])
@@ -132,7 +143,9 @@ def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     return float(((diff > 0).double().sum() + 0.5 * (diff == 0).double().sum()) / (pos * neg))
 
 
-def compare(new: dict[str, Any], base: dict[str, Any], *, threshold: float = DEFAULT_THRESHOLD) -> list[str]:
+def compare(
+    new: dict[str, Any], base: dict[str, Any], *, threshold: float = DEFAULT_THRESHOLD
+) -> list[str]:
     """Problems (empty = within ``threshold``); see the module docstring."""
     problems = []
     if new.get("mode") != base.get("mode") or new.get("steps") != base.get("steps"):
@@ -147,7 +160,9 @@ def compare(new: dict[str, Any], base: dict[str, Any], *, threshold: float = DEF
         problems.append(f"loss drift {rel[worst]:.2e} at step {worst} > {threshold:.0e}")
     d_auc = abs(new["auc"] - base["auc"])
     if d_auc > threshold:
-        problems.append(f"AUC drift {d_auc:.2e} ({base['auc']:.5f} -> {new['auc']:.5f}) > {threshold:.0e}")
+        problems.append(
+            f"AUC drift {d_auc:.2e} ({base['auc']:.5f} -> {new['auc']:.5f}) > {threshold:.0e}"
+        )
     return problems
 
 
@@ -158,9 +173,13 @@ def compare_lines(new: dict[str, Any], base: dict[str, Any]) -> list[str]:
     n = len(base["loss"])
     picks = sorted({0, n // 4, n // 2, n - 1})
     lines = [f"step {i:>3}: loss {base['loss'][i]:.6f} -> {new['loss'][i]:.6f}" for i in picks]
-    rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(new["loss"], base["loss"], strict=True))
+    rel = max(
+        abs(a - b) / max(abs(b), 1e-12) for a, b in zip(new["loss"], base["loss"], strict=True)
+    )
     lines.append(f"max relative loss drift over {n} steps: {rel:.2e}")
-    lines.append(f"AUC {base['auc']:.6f} -> {new['auc']:.6f} (|d| {abs(new['auc'] - base['auc']):.2e})")
+    lines.append(
+        f"AUC {base['auc']:.6f} -> {new['auc']:.6f} (|d| {abs(new['auc'] - base['auc']):.2e})"
+    )
     return lines
 
 

@@ -87,11 +87,19 @@ class GradHealthCallback(pl.Callback):
         ok = bool(finite.all())
         if step % self._every == 0 or not ok:
             self._log_norms(pl_module, named, norms)
-        bad = 0 if ok else self._handle_nonfinite(trainer, pl_module, optimizer, named, finite, step)
+        bad = (
+            0 if ok else self._handle_nonfinite(trainer, pl_module, optimizer, named, finite, step)
+        )
         # logged every step (0 when healthy): Lightning loggers repeat a key's last value otherwise
-        metric = "grad_health/overflow" if getattr(trainer.precision_plugin, "scaler", None) else "grad_health/nonfinite"
+        metric = (
+            "grad_health/overflow"
+            if getattr(trainer.precision_plugin, "scaler", None)
+            else "grad_health/nonfinite"
+        )
         pl_module.log(metric, float(bad > 0), on_step=True, on_epoch=False, batch_size=1)
-        pl_module.log("grad_health/nonfinite_params", float(bad), on_step=True, on_epoch=False, batch_size=1)
+        pl_module.log(
+            "grad_health/nonfinite_params", float(bad), on_step=True, on_epoch=False, batch_size=1
+        )
 
     def _log_norms(self, pl_module: pl.LightningModule, named: list, norms: torch.Tensor) -> None:
         sq: dict[str, torch.Tensor] = {}

@@ -63,7 +63,9 @@ def available_dtypes(device: str) -> list[str]:
     return names
 
 
-def run_matrix(*, device: str = "cpu", seed: int = 0, ops: list[str] | None = None) -> dict[str, Any]:
+def run_matrix(
+    *, device: str = "cpu", seed: int = 0, ops: list[str] | None = None
+) -> dict[str, Any]:
     """The matrix as a JSON-ready dict: ``results[op][dtype] = metrics``."""
     selected = [op for op in OPS if ops is None or op.name in ops]
     results: dict[str, dict[str, dict[str, float]]] = {}
@@ -81,7 +83,9 @@ def run_matrix(*, device: str = "cpu", seed: int = 0, ops: list[str] | None = No
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "device": device,
         "seed": seed,
-        "platform": platform_summary() if device != "cpu" else {**platform_summary(), "backend": "cpu", "arch": "cpu"},
+        "platform": platform_summary()
+        if device != "cpu"
+        else {**platform_summary(), "backend": "cpu", "arch": "cpu"},
         "results": results,
     }
 
@@ -90,8 +94,12 @@ def format_table(doc: dict[str, Any]) -> str:
     """max_rel / max_ulp per op and dtype as a fixed-width table."""
     dtypes = sorted({d for row in doc["results"].values() for d in row}, key=list(DTYPES).index)
     head = f"{'op':<20}" + "".join(f"{d + ' max_rel':>16}{'ulp':>9}" for d in dtypes)
-    lines = [f"precision matrix on {doc['platform'].get('backend')} {doc['platform'].get('arch')} "
-             f"(torch {doc['platform'].get('torch')})", head, "-" * len(head)]
+    lines = [
+        f"precision matrix on {doc['platform'].get('backend')} {doc['platform'].get('arch')} "
+        f"(torch {doc['platform'].get('torch')})",
+        head,
+        "-" * len(head),
+    ]
     for op, row in doc["results"].items():
         cells = ""
         for d in dtypes:
@@ -126,9 +134,20 @@ def write_png(doc: dict[str, Any], path: Path) -> None:
         for j in range(len(dtypes)):
             if not math.isnan(grid[i][j]):
                 dark = grid[i][j] < (lo + hi) / 2
-                ax.text(j, i, f"{10 ** grid[i][j]:.1e}", ha="center", va="center", color="w" if dark else "k", fontsize=7)
+                ax.text(
+                    j,
+                    i,
+                    f"{10 ** grid[i][j]:.1e}",
+                    ha="center",
+                    va="center",
+                    color="w" if dark else "k",
+                    fontsize=7,
+                )
     p = doc["platform"]
-    ax.set_title(f"max rel. error vs fp64 — {p.get('backend')} ({p.get('device')}, {p.get('arch')}), torch {p.get('torch')}", fontsize=9)
+    ax.set_title(
+        f"max rel. error vs fp64 — {p.get('backend')} ({p.get('device')}, {p.get('arch')}), torch {p.get('torch')}",
+        fontsize=9,
+    )
     fig.colorbar(im, ax=ax, label="log10(max_rel)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -158,7 +177,11 @@ def compare(
                 if (n > threshold * b and n - b > floor) or (math.isinf(n) and not math.isinf(b)):
                     ratio = n / b if b > 0 else math.inf
                     grown.append(f"{metric} {b:.3e} -> {n:.3e} (x{ratio:.1f})")
-            line = f"{op}/{d}: " + ("; ".join(grown) if grown else f"max_rel {b_row[d]['max_rel']:.3e} -> {n_row[d]['max_rel']:.3e}")
+            line = f"{op}/{d}: " + (
+                "; ".join(grown)
+                if grown
+                else f"max_rel {b_row[d]['max_rel']:.3e} -> {n_row[d]['max_rel']:.3e}"
+            )
             (bad if grown else ok).append(line)
     return bad, ok, missing
 
@@ -174,20 +197,52 @@ def _load(path: str) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m rocmtrain precision-matrix", description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda if a GPU is visible, else cpu")
+    p = argparse.ArgumentParser(
+        prog="python -m rocmtrain precision-matrix", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default=None,
+        help="default: cuda if a GPU is visible, else cpu",
+    )
     p.add_argument("--out", help="write the JSON here")
     p.add_argument("--png", help="write a heatmap PNG here")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ops", help="comma list of ops (default: all)")
-    p.add_argument("--compare", metavar="BASELINE.json", help="compare against this run; exit 1 on regressions")
-    p.add_argument("--against", metavar="NEW.json", help="with --compare: compare this saved run instead of running")
-    p.add_argument("--threshold", type=float, default=1.5, help="error growth ratio that fails (default %(default)s)")
-    p.add_argument("--abs-floor", type=float, default=0.25, help="growth must also exceed this many eps(dtype) (default %(default)s)")
-    p.add_argument("--model-drift", action="store_true", help="also run the small DLRM model and store per-step loss/AUC")
+    p.add_argument(
+        "--compare", metavar="BASELINE.json", help="compare against this run; exit 1 on regressions"
+    )
+    p.add_argument(
+        "--against",
+        metavar="NEW.json",
+        help="with --compare: compare this saved run instead of running",
+    )
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=1.5,
+        help="error growth ratio that fails (default %(default)s)",
+    )
+    p.add_argument(
+        "--abs-floor",
+        type=float,
+        default=0.25,
+        help="growth must also exceed this many eps(dtype) (default %(default)s)",
+    )
+    p.add_argument(
+        "--model-drift",
+        action="store_true",
+        help="also run the small DLRM model and store per-step loss/AUC",
+    )
     p.add_argument("--drift-steps", type=int, default=drift.DEFAULT_STEPS)
     p.add_argument("--drift-mode", choices=("32", "bf16-mixed", "16-mixed"), default="32")
-    p.add_argument("--drift-threshold", type=float, default=drift.DEFAULT_THRESHOLD, help="max relative loss drift per step (default %(default)s)")
+    p.add_argument(
+        "--drift-threshold",
+        type=float,
+        default=drift.DEFAULT_THRESHOLD,
+        help="max relative loss drift per step (default %(default)s)",
+    )
     return p
 
 
@@ -205,16 +260,24 @@ def main(argv: list[str] | None = None) -> int:
     else:
         device = args.device or ("cuda" if platform.has_gpu() else "cpu")
         if device == "cuda" and not platform.has_gpu():
-            print("precision-matrix: --device cuda but no GPU is visible; use --device cpu", file=sys.stderr)
+            print(
+                "precision-matrix: --device cuda but no GPU is visible; use --device cpu",
+                file=sys.stderr,
+            )
             return exit_codes.USAGE
         ops = args.ops.split(",") if args.ops else None
         unknown = sorted(set(ops or []) - {op.name for op in OPS})
         if unknown:
-            print(f"precision-matrix: unknown op(s) {unknown}; known: {[op.name for op in OPS]}", file=sys.stderr)
+            print(
+                f"precision-matrix: unknown op(s) {unknown}; known: {[op.name for op in OPS]}",
+                file=sys.stderr,
+            )
             return exit_codes.USAGE
         doc = run_matrix(device=device, seed=args.seed, ops=ops)
         if args.model_drift:
-            doc["model_drift"] = drift.run_model(device=device, steps=args.drift_steps, mode=args.drift_mode, seed=args.seed)
+            doc["model_drift"] = drift.run_model(
+                device=device, steps=args.drift_steps, mode=args.drift_mode, seed=args.seed
+            )
         doc["command"] = "python -m rocmtrain precision-matrix " + " ".join(argv or [])
     print(format_table(doc))
     if "model_drift" in doc:
@@ -231,17 +294,24 @@ def main(argv: list[str] | None = None) -> int:
     base = _load(args.compare)
     bad, ok, missing = compare(doc, base, threshold=args.threshold, abs_floor=args.abs_floor)
     bp, np_ = base["platform"], doc["platform"]
-    print(f"\ncompare {bp.get('backend')}/{bp.get('arch')} (baseline {args.compare}) -> "
-          f"{np_.get('backend')}/{np_.get('arch')}: threshold x{args.threshold}, floor {args.abs_floor} eps")
+    print(
+        f"\ncompare {bp.get('backend')}/{bp.get('arch')} (baseline {args.compare}) -> "
+        f"{np_.get('backend')}/{np_.get('arch')}: threshold x{args.threshold}, floor {args.abs_floor} eps"
+    )
     for line in missing:
         print(f"  not compared  {line}")
     drift_bad: list[str] = []
     if "model_drift" in doc and "model_drift" in base:
-        drift_bad = drift.compare(doc["model_drift"], base["model_drift"], threshold=args.drift_threshold)
+        drift_bad = drift.compare(
+            doc["model_drift"], base["model_drift"], threshold=args.drift_threshold
+        )
         for line in drift.compare_lines(doc["model_drift"], base["model_drift"]):
             print(f"  drift         {line}")
     if bad or drift_bad:
-        print(f"FAIL: {len(bad)} op/dtype pair(s) got worse" + (f", model drift: {'; '.join(drift_bad)}" if drift_bad else ""))
+        print(
+            f"FAIL: {len(bad)} op/dtype pair(s) got worse"
+            + (f", model drift: {'; '.join(drift_bad)}" if drift_bad else "")
+        )
         for line in bad:
             print(f"  REGRESSION    {line}")
         return exit_codes.FAILURE

@@ -57,7 +57,9 @@ def _u(g: torch.Generator, shape: tuple[int, ...], lo: float, hi: float) -> torc
     return torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo
 
 
-def _n(g: torch.Generator, shape: tuple[int, ...], mean: float = 0.0, std: float = 1.0) -> torch.Tensor:
+def _n(
+    g: torch.Generator, shape: tuple[int, ...], mean: float = 0.0, std: float = 1.0
+) -> torch.Tensor:
     return torch.randn(shape, generator=g, dtype=torch.float64) * std + mean
 
 
@@ -74,7 +76,9 @@ def _embedding_bag_inputs(g: torch.Generator) -> list[torch.Tensor]:
     return [weight, indices, offsets]
 
 
-def _embedding_bag(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+def _embedding_bag(
+    weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor
+) -> torch.Tensor:
     return F.embedding_bag(indices, weight, offsets[:-1], mode="sum")
 
 
@@ -134,7 +138,9 @@ def error_metrics(out: torch.Tensor, ref: torch.Tensor, fmt: str) -> dict[str, f
 
 
 def _cast(inputs: list[torch.Tensor], dtype: torch.dtype, device: str) -> list[torch.Tensor]:
-    return [t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device) for t in inputs]
+    return [
+        t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device) for t in inputs
+    ]
 
 
 def run_op(op: Op, dtype_name: str, *, device: str, seed: int) -> dict[str, float]:

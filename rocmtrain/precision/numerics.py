@@ -77,7 +77,9 @@ class NumericsSession:
         if old != value:
             setter(value)
         suffix = f" ({note})" if note else ""
-        self._line(f"{name}: {old} -> {value}{suffix}" if old != value else f"{name}: {value}{suffix}")
+        self._line(
+            f"{name}: {old} -> {value}{suffix}" if old != value else f"{name}: {value}{suffix}"
+        )
 
     def apply(self) -> list[str]:
         """Apply everything; returns the report lines (also logged). Idempotent while active."""
@@ -106,17 +108,37 @@ class NumericsSession:
                 "matmuls stay full fp32",
                 warn=True,
             )
-        precision = (cfg.matmul_precision if cfg.matmul_precision != "highest" else "high") if want_xf32 else "highest"
+        precision = (
+            (cfg.matmul_precision if cfg.matmul_precision != "highest" else "high")
+            if want_xf32
+            else "highest"
+        )
         self._set(
             "float32_matmul_precision",
             torch.get_float32_matmul_precision,
             torch.set_float32_matmul_precision,
             precision,
         )
-        note = "effective" if caps.xf32 and backend != "cpu" else f"no effect on {caps.arch}: no TF32/XF32"
-        self._set("cuda.matmul.allow_tf32", lambda: m.allow_tf32, lambda v: setattr(m, "allow_tf32", v), want_xf32, note)
+        note = (
+            "effective"
+            if caps.xf32 and backend != "cpu"
+            else f"no effect on {caps.arch}: no TF32/XF32"
+        )
+        self._set(
+            "cuda.matmul.allow_tf32",
+            lambda: m.allow_tf32,
+            lambda v: setattr(m, "allow_tf32", v),
+            want_xf32,
+            note,
+        )
         cudnn = torch.backends.cudnn
-        self._set("cudnn.allow_tf32", lambda: cudnn.allow_tf32, lambda v: setattr(cudnn, "allow_tf32", v), want_xf32, note)
+        self._set(
+            "cudnn.allow_tf32",
+            lambda: cudnn.allow_tf32,
+            lambda v: setattr(cudnn, "allow_tf32", v),
+            want_xf32,
+            note,
+        )
         if want_xf32:
             self._line(XF32_WARNING, warn=True)
             if caps.vendor == "amd":
@@ -131,8 +153,17 @@ class NumericsSession:
             note = "marked unsupported on ROCm by AMD: settable, no documented effect"
         else:
             note = "effective: " + ("16-bit reduction allowed" if value else "fp32 accumulation")
-        for flag in ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"):
-            self._set(f"cuda.matmul.{flag}", lambda f=flag: getattr(m, f), lambda v, f=flag: setattr(m, f, v), value, note)
+        for flag in (
+            "allow_fp16_reduced_precision_reduction",
+            "allow_bf16_reduced_precision_reduction",
+        ):
+            self._set(
+                f"cuda.matmul.{flag}",
+                lambda f=flag: getattr(m, f),
+                lambda v, f=flag: setattr(m, f, v),
+                value,
+                note,
+            )
 
     def _blas(self, backend: str) -> None:
         name = self._cfg.blas_backend
@@ -143,7 +174,9 @@ class NumericsSession:
             return
         native = ("hipblaslt", "hipblas") if backend == "rocm" else ("cublaslt", "cublas")
         if name not in native:
-            self._line(f"blas_backend={name} on {backend}: PyTorch treats it as its alias {native[0 if name.endswith('lt') else 1]}")
+            self._line(
+                f"blas_backend={name} on {backend}: PyTorch treats it as its alias {native[0 if name.endswith('lt') else 1]}"
+            )
 
         def _get() -> str:
             return str(torch.backends.cuda.preferred_blas_library()).rsplit(".", 1)[-1].lower()
@@ -154,7 +187,11 @@ class NumericsSession:
         tcfg = self._cfg.tunableop
         if not tcfg.enabled:
             return
-        root = Path(tcfg.results_dir) if tcfg.results_dir else (self._run_dir or Path(".")) / "tunableop"
+        root = (
+            Path(tcfg.results_dir)
+            if tcfg.results_dir
+            else (self._run_dir or Path(".")) / "tunableop"
+        )
         root.mkdir(parents=True, exist_ok=True)
         filename = tunableop_filename(root, caps.arch)
         env = {
@@ -169,7 +206,9 @@ class NumericsSession:
         self._env(env, "TunableOp")
         existing = sorted(root.glob(f"tunableop_results_{caps.arch}_*.csv"))
         if backend == "cpu":
-            self._line("TunableOp: no effect on CPU (GEMM tuning is a CUDA/ROCm feature)", warn=True)
+            self._line(
+                "TunableOp: no effect on CPU (GEMM tuning is a CUDA/ROCm feature)", warn=True
+            )
             return
         tunable = state._tunable()
         if tunable is not None:
@@ -197,9 +236,16 @@ class NumericsSession:
                 )
             return
         value = "1" if choice == "on" else "0"
-        note = "MI200 fp16 denormal flush" if caps.fp16_mfma_flushes_denormals else f"no effect on {caps.arch}: only MI200 flushes fp16 denormals"
+        note = (
+            "MI200 fp16 denormal flush"
+            if caps.fp16_mfma_flushes_denormals
+            else f"no effect on {caps.arch}: only MI200 flushes fp16 denormals"
+        )
         self._env(
-            {"ROCBLAS_INTERNAL_FP16_ALT_IMPL": value, "MIOPEN_DEBUG_CONVOLUTION_ATTRIB_FP16_ALT_IMPL": value},
+            {
+                "ROCBLAS_INTERNAL_FP16_ALT_IMPL": value,
+                "MIOPEN_DEBUG_CONVOLUTION_ATTRIB_FP16_ALT_IMPL": value,
+            },
             f"fp16_alt_impl={choice}; {note}; read once by rocBLAS/MIOpen before the first GEMM",
         )
 

@@ -165,4 +165,3 @@ def build_precision_plugin(
     if cfg.mode == "32":
         return RocmtrainPrecision(cfg, run_dir=run_dir)
     return RocmtrainMixedPrecision(cfg, run_dir=run_dir, device=device)
-

@@ -29,9 +29,17 @@ GROUPS = ("embeddings", "dense_arch", "interaction", "over_arch")
 
 #: first match wins; matched against the dotted name, component-wise.
 GROUP_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("embeddings", re.compile(r"(^|\.)(sparse_arch|embedding_bag_collection|ebc|embeddings?|emb_l|embedding_bags|tbe)(\.|$)")),
+    (
+        "embeddings",
+        re.compile(
+            r"(^|\.)(sparse_arch|embedding_bag_collection|ebc|embeddings?|emb_l|embedding_bags|tbe)(\.|$)"
+        ),
+    ),
     ("dense_arch", re.compile(r"(^|\.)(dense_arch|bottom_mlp|bot_l|bottom_arch)(\.|$)")),
-    ("interaction", re.compile(r"(^|\.)(inter_arch|interaction|interaction_arch|crossnet|cross_net|dcn)(\.|$)")),
+    (
+        "interaction",
+        re.compile(r"(^|\.)(inter_arch|interaction|interaction_arch|crossnet|cross_net|dcn)(\.|$)"),
+    ),
     ("over_arch", re.compile(r"(^|\.)(over_arch|top_mlp|top_l|top_arch|final_linear)(\.|$)")),
 )
 

@@ -118,7 +118,9 @@ def _setters() -> list[tuple[str, Callable[[Any], None]]]:
     setters.append(("cudnn.allow_tf32", lambda v: setattr(torch.backends.cudnn, "allow_tf32", v)))
     for name, obj in _fp32_precision_objects().items():
         setters.append((f"{name}.fp32_precision", lambda v, o=obj: setattr(o, "fp32_precision", v)))
-    setters.append(("preferred_blas_library", lambda v: torch.backends.cuda.preferred_blas_library(v)))
+    setters.append(
+        ("preferred_blas_library", lambda v: torch.backends.cuda.preferred_blas_library(v))
+    )
     tunable = _tunable()
     if tunable is not None:
         setters.append(("tunableop.filename", tunable.set_filename))

@@ -29,7 +29,9 @@ class NanAtStep(pl.LightningModule):
 
     def training_step(self, batch, _):
         x, y = batch
-        out = self.over_arch(torch.relu(self.inter_arch(torch.relu(self.dense_arch(x))))).squeeze(-1)
+        out = self.over_arch(torch.relu(self.inter_arch(torch.relu(self.dense_arch(x))))).squeeze(
+            -1
+        )
         loss = nn.functional.binary_cross_entropy_with_logits(out, y)
         if self.global_step == NAN_STEP:
             poison = self.over_arch.weight.sum() + self.inter_arch.weight.sum()
@@ -50,7 +52,9 @@ class ParamTrace(pl.Callback):
 
 def _run(tmp_path, action: str):
     g = torch.Generator().manual_seed(0)
-    ds = torch.utils.data.TensorDataset(torch.randn(64, 4, generator=g), torch.rand(64, generator=g).round())
+    ds = torch.utils.data.TensorDataset(
+        torch.randn(64, 4, generator=g), torch.rand(64, generator=g).round()
+    )
     health = GradHealthCallback(log_every_n_steps=1, on_nonfinite=action)
     trace = ParamTrace()
     trainer = pl.Trainer(
@@ -78,29 +82,44 @@ def test_nan_is_named_and_step_skipped(tmp_path, caplog):
     health, trace, trainer = _run(tmp_path, "skip_step")
     assert len(health.events) == 1
     ev = health.events[0]
-    assert (ev.step, ev.parameter, ev.group, ev.kind) == (NAN_STEP, "inter_arch.weight", "interaction", "nan")
+    assert (ev.step, ev.parameter, ev.group, ev.kind) == (
+        NAN_STEP,
+        "inter_arch.weight",
+        "interaction",
+        "nan",
+    )
     assert ev.num_bad_parameters == 2 and ev.action == "skipped"
     assert health.skipped_steps == [NAN_STEP]
     assert "NAN gradient at step 3 in parameter 'inter_arch.weight'" in caplog.text
     # the skipped step left every parameter untouched; the others moved; nothing became NaN
     before, after = trace.params[NAN_STEP - 1], trace.params[NAN_STEP]
     assert all(torch.equal(before[n], after[n]) for n in before)
-    assert not torch.equal(trace.params[NAN_STEP]["dense_arch.weight"], trace.params[NAN_STEP + 1]["dense_arch.weight"])
+    assert not torch.equal(
+        trace.params[NAN_STEP]["dense_arch.weight"], trace.params[NAN_STEP + 1]["dense_arch.weight"]
+    )
     assert all(bool(torch.isfinite(p).all()) for p in trace.params[-1].values())
     assert trainer.global_step == 6
 
     rows = _metrics(trainer)
-    flags = {int(r["step"]): float(r["grad_health/nonfinite"]) for r in rows if r.get("grad_health/nonfinite")}
+    flags = {
+        int(r["step"]): float(r["grad_health/nonfinite"])
+        for r in rows
+        if r.get("grad_health/nonfinite")
+    }
     assert flags == {s: float(s == NAN_STEP) for s in range(6)}
     bad = next(r for r in rows if int(r["step"]) == NAN_STEP and r.get("grad_health/nonfinite"))
     assert float(bad["grad_health/nonfinite_params"]) == 2.0
     # that step's group norms show where the NaN is
-    assert math.isnan(float(bad["grad_norm/interaction"])) and math.isnan(float(bad["grad_norm/over_arch"]))
+    assert math.isnan(float(bad["grad_norm/interaction"])) and math.isnan(
+        float(bad["grad_norm/over_arch"])
+    )
     assert math.isfinite(float(bad["grad_norm/dense_arch"]))
     # per-group norms add up to the total (independent recomputation from the logged values)
     r0 = next(r for r in rows if r.get("grad_norm/total"))
     groups = [float(r0[f"grad_norm/{g}"]) for g in ("dense_arch", "interaction", "over_arch")]
-    assert math.isclose(math.sqrt(sum(v * v for v in groups)), float(r0["grad_norm/total"]), rel_tol=1e-5)
+    assert math.isclose(
+        math.sqrt(sum(v * v for v in groups)), float(r0["grad_norm/total"]), rel_tol=1e-5
+    )
 
 
 def test_nan_with_log_action_poisons_and_raise_action_stops(tmp_path):
@@ -109,7 +128,9 @@ def test_nan_with_log_action_poisons_and_raise_action_stops(tmp_path):
     assert not bool(torch.isfinite(trace.params[NAN_STEP]["inter_arch.weight"]).all())
     assert bool(torch.isfinite(trace.params[NAN_STEP]["dense_arch.weight"]).all())
 
-    with pytest.raises(FloatingPointError, match=r"step 3 in parameter 'inter_arch\.weight'.*skip_step"):
+    with pytest.raises(
+        FloatingPointError, match=r"step 3 in parameter 'inter_arch\.weight'.*skip_step"
+    ):
         _run(tmp_path / "raise", "raise")
 
 

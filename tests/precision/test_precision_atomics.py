@@ -70,7 +70,9 @@ def test_index_add_other_dim_and_scatter_add(backend):
     index = torch.randint(0, 6, (10,), generator=g)
     source = torch.randn(4, 10, 3, generator=g)
     ref = dest.double().index_add_(1, index, source.double())
-    _within_one_rounding(atomics.index_add(dest.clone(), index, source, dim=1, backend=backend), ref)
+    _within_one_rounding(
+        atomics.index_add(dest.clone(), index, source, dim=1, backend=backend), ref
+    )
 
     d2 = torch.randn(5, 7, generator=g).half()
     idx2 = torch.randint(0, 7, (5, 12), generator=g)
@@ -97,11 +99,21 @@ def test_embedding_bag_grad_matches_fp64_autograd(backend, mode, weighted):
 
     w = torch.zeros(rows, d, dtype=torch.float64, requires_grad=True)
     out = F.embedding_bag(
-        indices, w, offsets[:-1], mode=mode, per_sample_weights=None if psw is None else psw.double()
+        indices,
+        w,
+        offsets[:-1],
+        mode=mode,
+        per_sample_weights=None if psw is None else psw.double(),
     )
     out.backward(grad_out.double())
     got = atomics.embedding_bag_grad(
-        grad_out, indices, offsets, num_embeddings=rows, per_sample_weights=psw, mode=mode, backend=backend
+        grad_out,
+        indices,
+        offsets,
+        num_embeddings=rows,
+        per_sample_weights=psw,
+        mode=mode,
+        backend=backend,
     )
     assert got.shape == (rows, d) and got.dtype == torch.bfloat16
     _within_one_rounding(got, w.grad)
@@ -110,14 +122,18 @@ def test_embedding_bag_grad_matches_fp64_autograd(backend, mode, weighted):
 def test_native_policy_warns_and_bad_inputs_fail(caplog):
     atomics._warned.clear()
     with caplog.at_level(logging.WARNING, logger="rocmtrain.precision.atomics"):
-        atomics.index_add(torch.zeros(2, dtype=torch.bfloat16), torch.tensor([0]), torch.ones(1), policy="native")
+        atomics.index_add(
+            torch.zeros(2, dtype=torch.bfloat16), torch.tensor([0]), torch.ones(1), policy="native"
+        )
     assert "precision.atomics=auto" in caplog.text
     with pytest.raises(ValueError, match="policy='bf32'"):
         atomics.index_add(torch.zeros(2).half(), torch.tensor([0]), torch.ones(1), policy="bf32")
     with pytest.raises(IndexError, match=r"out of range \[0, 2\)"):
         atomics.index_add(torch.zeros(2).half(), torch.tensor([2]), torch.ones(1))
     with pytest.raises(ValueError, match="offsets"):
-        atomics.embedding_bag_grad(torch.ones(3, 2), torch.tensor([0]), torch.tensor([0, 1]), num_embeddings=2)
+        atomics.embedding_bag_grad(
+            torch.ones(3, 2), torch.tensor([0]), torch.tensor([0, 1]), num_embeddings=2
+        )
     assert atomics.accumulation_dtype(torch.bfloat16) == torch.float32
     assert atomics.accumulation_dtype(torch.float64) == torch.float64
     assert atomics.accumulation_dtype(torch.float16, "native") == torch.float16
@@ -126,11 +142,17 @@ def test_native_policy_warns_and_bad_inputs_fail(caplog):
 def test_capability_table():
     mi200 = capabilities_for("gfx90a:sramecc+:xnack-")
     assert mi200.atomic_add == {"fp32": "native", "fp16": "native", "bf16": "cas"}
-    assert not mi200.fine_grained_float_atomics and not mi200.xf32 and mi200.fp16_mfma_flushes_denormals
+    assert (
+        not mi200.fine_grained_float_atomics
+        and not mi200.xf32
+        and mi200.fp16_mfma_flushes_denormals
+    )
     mi300 = capabilities_for("gfx942")
     assert mi300.atomic_add["bf16"] == "native" and mi300.xf32 and mi300.fine_grained_float_atomics
     assert mi300.reduced_precision_reduction_flags == "unsupported"
-    assert capabilities_for("sm_86") is TABLE["sm_80"] and TABLE["sm_80"].atomic_add["bf16"] == "cas"
+    assert (
+        capabilities_for("sm_86") is TABLE["sm_80"] and TABLE["sm_80"].atomic_add["bf16"] == "cas"
+    )
     assert capabilities_for("sm_100").atomic_add["bf16"] == "native"
     unknown = capabilities_for("gfx1100")
     assert unknown.atomic_add["bf16"] == "cas" and "conservative" in unknown.notes

@@ -55,7 +55,9 @@ class TinyDLRMModule(pl.LightningModule):
 def _loader() -> torch.utils.data.DataLoader:
     g = torch.Generator().manual_seed(0)
     ds = torch.utils.data.TensorDataset(
-        torch.randn(32, 4, generator=g), torch.randint(0, 20, (32, 2), generator=g), torch.rand(32, generator=g).round()
+        torch.randn(32, 4, generator=g),
+        torch.randint(0, 20, (32, 2), generator=g),
+        torch.rand(32, generator=g).round(),
     )
     return torch.utils.data.DataLoader(ds, batch_size=8)
 
@@ -69,8 +71,15 @@ def _fit(plugin, model=None, steps: int = 2) -> tuple[TinyDLRMModule, _Snap]:
     model = model or TinyDLRMModule()
     snap = _Snap()
     trainer = pl.Trainer(
-        max_steps=steps, plugins=[plugin], callbacks=[snap], logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1,
+        max_steps=steps,
+        plugins=[plugin],
+        callbacks=[snap],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        devices=1,
     )
     trainer.fit(model, _loader())
     return model, snap
@@ -92,10 +101,13 @@ def test_config_validation_names_field_and_fix():
     assert PrecisionConfig(tunableop={"enabled": True}).tunableop.enabled
 
 
-@pytest.mark.parametrize(("name", "mode"), [("fp32", "32"), ("bf16", "bf16-mixed"), ("fp16", "16-mixed")])
+@pytest.mark.parametrize(
+    ("name", "mode"), [("fp32", "32"), ("bf16", "bf16-mixed"), ("fp16", "16-mixed")]
+)
 def test_hydra_group_files_compose_into_the_schema(name, mode):
     merged = OmegaConf.merge(
-        OmegaConf.structured(PrecisionConfig), OmegaConf.load(REPO / "configs" / "precision" / f"{name}.yaml")
+        OmegaConf.structured(PrecisionConfig),
+        OmegaConf.load(REPO / "configs" / "precision" / f"{name}.yaml"),
     )
     cfg = OmegaConf.to_object(merged)
     assert isinstance(cfg, PrecisionConfig) and cfg.mode == mode
@@ -105,8 +117,14 @@ def test_hydra_group_files_compose_into_the_schema(name, mode):
 
 
 def test_group_names():
-    assert group_of("model.sparse_arch.embedding_bag_collection.embedding_bags.t_cat_0.weight") == "embeddings"
-    assert group_of("dmp._dmp_wrapped_module.module.model.dense_arch.model._mlp.0._linear.weight") == "dense_arch"
+    assert (
+        group_of("model.sparse_arch.embedding_bag_collection.embedding_bags.t_cat_0.weight")
+        == "embeddings"
+    )
+    assert (
+        group_of("dmp._dmp_wrapped_module.module.model.dense_arch.model._mlp.0._linear.weight")
+        == "dense_arch"
+    )
     assert group_of("model.inter_arch.crossnet.W_kernels.0") == "interaction"
     assert group_of("model.over_arch.model.1.bias") == "over_arch"
     assert group_of("lm_head.weight") == "other"
@@ -116,7 +134,12 @@ def test_group_names():
 
 def test_bf16_mixed_keeps_fp32_islands_and_fp32_mode_stays_fp32():
     model, _ = _fit(build_precision_plugin(PrecisionConfig(mode="bf16-mixed")))
-    assert model.seen == {"dense": torch.bfloat16, "sparse": torch.float32, "inter": torch.float32, "over": torch.bfloat16}
+    assert model.seen == {
+        "dense": torch.bfloat16,
+        "sparse": torch.float32,
+        "inter": torch.float32,
+        "over": torch.bfloat16,
+    }
     # hooks removed at teardown: under autocast the interaction now runs in bf16 again
     with torch.autocast("cpu", dtype=torch.bfloat16):
         model(torch.randn(2, 4), torch.randint(0, 20, (2, 2)))
@@ -131,11 +154,15 @@ def test_bf16_mixed_keeps_fp32_islands_and_fp32_mode_stays_fp32():
 
 
 def test_fp16_mixed_uses_configured_grad_scaler():
-    plugin = build_precision_plugin(PrecisionConfig(mode="16-mixed", loss_scaling={"init_scale": 256.0}))
+    plugin = build_precision_plugin(
+        PrecisionConfig(mode="16-mixed", loss_scaling={"init_scale": 256.0})
+    )
     assert isinstance(plugin.scaler, torch.amp.GradScaler)
     model, _ = _fit(plugin, steps=3)
     assert model.seen["dense"] == torch.float16
-    assert plugin.scaler.get_scale() == 256.0  # finite grads at 256: no backoff, no growth before 2000
+    assert (
+        plugin.scaler.get_scale() == 256.0
+    )  # finite grads at 256: no backoff, no growth before 2000
     assert build_precision_plugin(PrecisionConfig(mode="bf16-mixed")).scaler is None
 
 
@@ -160,7 +187,9 @@ def test_every_global_flag_and_env_var_is_restored_at_teardown(tmp_path, caplog)
     assert snap.during["env.PYTORCH_TUNABLEOP_ENABLED"] == "1"
     assert snap.during["env.PYTORCH_TUNABLEOP_TUNING"] == "1"
     assert snap.during["env.PYTORCH_TUNABLEOP_MAX_TUNING_DURATION_MS"] == "30"
-    assert snap.during["env.PYTORCH_TUNABLEOP_FILENAME"] == str(tmp_path / "tunableop" / "tunableop_results_cpu_%d.csv")
+    assert snap.during["env.PYTORCH_TUNABLEOP_FILENAME"] == str(
+        tmp_path / "tunableop" / "tunableop_results_cpu_%d.csv"
+    )
     assert len(changed) >= 6
     assert state.snapshot() == before, state.diff(before, state.snapshot())
     # every change was logged, and so was its undo
@@ -197,7 +226,9 @@ def test_report_on_gfx90a_says_tf32_and_reduction_flags_have_no_effect():
 def test_xf32_opt_in_on_gfx942_warns_and_is_undone(tmp_path):
     before = state.snapshot()
     (tmp_path / "tunableop").mkdir()
-    (tmp_path / "tunableop" / "tunableop_results_gfx942_0.csv").write_text("Validator,PT_VERSION,2.13.0\n")
+    (tmp_path / "tunableop" / "tunableop_results_gfx942_0.csv").write_text(
+        "Validator,PT_VERSION,2.13.0\n"
+    )
     cfg = PrecisionConfig(allow_xf32=True, tunableop=TunableOpConfig(enabled=True, tuning=False))
     session = NumericsSession(cfg, run_dir=tmp_path, caps=capabilities_for("gfx942"))
     report = "\n".join(session.apply())
