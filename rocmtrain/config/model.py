@@ -1,0 +1,123 @@
+"""Model schema: a TorchRec DLRM (dot interaction) or DLRM-DCNv2 (``interaction: dcn``).
+
+Field names follow TorchRec's DLRM example (``num_embeddings_per_feature``, ``embedding_dim``,
+``dense_arch_layer_sizes``, ``over_arch_layer_sizes``, ...). One table per sparse feature, named
+``t_<feature>`` (features are ``cat_0`` .. ``cat_{F-1}``).
+
+    python -m rocmtrain model.embedding_dim=32 model.interaction=dcn model.dcn_num_layers=2
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rocmtrain.config import ConfigError, check_choice
+
+INTERACTIONS = ("dot", "dcn")
+POOLINGS = ("sum", "mean")
+EMBEDDING_OPTIMIZERS = ("adagrad", "rowwise_adagrad", "sgd", "adam")
+DENSE_OPTIMIZERS = ("adagrad", "sgd", "adam")
+
+
+@dataclass
+class ModelConfig:
+    """DLRM architecture, embedding tables and the two optimizers (sparse fused, dense regular)."""
+
+    num_embeddings_per_feature: list[int] = field(default_factory=lambda: [1000] * 8)
+    """Rows of each embedding table, one entry per sparse feature (F = len of this list)."""
+    max_rows_per_table: int | None = None
+    """Cap applied to every entry of ``num_embeddings_per_feature`` ("rows scaled to fit");
+    ``null`` = no cap. Ids are hashed into the capped table by the data module."""
+    embedding_dim: int = 16
+    """Embedding dimension D of every table (DLRM's dot interaction needs one D for all)."""
+    multi_hot_sizes: list[int] | None = None
+    """Ids per sample for each feature (multi-hot); ``null`` = one-hot (1 id per feature)."""
+    pooling: str = "sum"
+    """Pooling of a bag of ids: ``sum`` or ``mean``."""
+    num_dense_features: int = 13
+    """Dense (continuous) input features per sample (Criteo: 13)."""
+    dense_arch_layer_sizes: list[int] = field(default_factory=lambda: [64, 16])
+    """Bottom MLP layer sizes; the last one must equal ``embedding_dim``."""
+    over_arch_layer_sizes: list[int] = field(default_factory=lambda: [64, 32, 1])
+    """Top MLP layer sizes; the last one must be 1 (one logit)."""
+    interaction: str = "dot"
+    """Feature interaction: ``dot`` (DLRM) or ``dcn`` (DLRM-DCNv2 low-rank cross network)."""
+    dcn_num_layers: int = 3
+    """Cross layers of the DCN interaction (``interaction: dcn`` only)."""
+    dcn_low_rank_dim: int = 512
+    """Low-rank dimension of each DCN cross layer (``interaction: dcn`` only)."""
+    embedding_optimizer: str = "adagrad"
+    """Fused (in-backward) optimizer of the embedding tables: adagrad, rowwise_adagrad, sgd, adam."""
+    embedding_lr: float = 0.05
+    """Learning rate of the embedding optimizer."""
+    embedding_eps: float = 1e-8
+    """Epsilon of the embedding optimizer (Adagrad/Adam)."""
+    dense_optimizer: str = "adagrad"
+    """Optimizer of the dense (MLP) parameters: adagrad, sgd, adam."""
+    dense_lr: float = 0.05
+    """Learning rate of the dense optimizer."""
+    auc_num_thresholds: int | None = None
+    """Bins of the validation AUROC (torchmetrics ``thresholds``); ``null`` = exact AUC (keeps
+    all predictions in memory: fine for CPU-sized validation sets, use e.g. 10000 on GPUs)."""
+
+    @property
+    def num_features(self) -> int:
+        """F: the number of sparse features (= tables)."""
+        return len(self.num_embeddings_per_feature)
+
+    def table_rows(self) -> list[int]:
+        """Rows per table after ``max_rows_per_table``."""
+        cap = self.max_rows_per_table
+        return [min(n, cap) if cap else n for n in self.num_embeddings_per_feature]
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` for an unusable value (field, value and fix named)."""
+        check_choice("model.interaction", self.interaction, INTERACTIONS)
+        check_choice("model.pooling", self.pooling, POOLINGS)
+        check_choice("model.embedding_optimizer", self.embedding_optimizer, EMBEDDING_OPTIMIZERS)
+        check_choice("model.dense_optimizer", self.dense_optimizer, DENSE_OPTIMIZERS)
+        rows = self.num_embeddings_per_feature
+        if not rows or any(n < 1 for n in rows):
+            raise ConfigError(
+                "model.num_embeddings_per_feature", rows, "give one positive row count per feature"
+            )
+        if self.max_rows_per_table is not None and self.max_rows_per_table < 1:
+            raise ConfigError(
+                "model.max_rows_per_table", self.max_rows_per_table, "use a positive cap or null"
+            )
+        if self.multi_hot_sizes is not None:
+            if len(self.multi_hot_sizes) != self.num_features:
+                raise ConfigError(
+                    "model.multi_hot_sizes",
+                    self.multi_hot_sizes,
+                    f"give one size per feature ({self.num_features}), or null for one-hot",
+                )
+            if any(k < 1 for k in self.multi_hot_sizes):
+                raise ConfigError(
+                    "model.multi_hot_sizes", self.multi_hot_sizes, "sizes must be >= 1"
+                )
+        if self.embedding_dim < 1:
+            raise ConfigError("model.embedding_dim", self.embedding_dim, "use a positive dimension")
+        if not self.dense_arch_layer_sizes or self.dense_arch_layer_sizes[-1] != self.embedding_dim:
+            raise ConfigError(
+                "model.dense_arch_layer_sizes",
+                self.dense_arch_layer_sizes,
+                f"the last size must equal model.embedding_dim={self.embedding_dim}",
+            )
+        if not self.over_arch_layer_sizes or self.over_arch_layer_sizes[-1] != 1:
+            raise ConfigError(
+                "model.over_arch_layer_sizes", self.over_arch_layer_sizes, "the last size must be 1"
+            )
+        if self.num_dense_features < 1:
+            raise ConfigError(
+                "model.num_dense_features", self.num_dense_features, "use a positive count"
+            )
+        for name in ("embedding_lr", "dense_lr"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"model.{name}", getattr(self, name), "use a positive rate")
+        if self.interaction == "dcn" and (self.dcn_num_layers < 1 or self.dcn_low_rank_dim < 1):
+            raise ConfigError(
+                "model.dcn_num_layers/dcn_low_rank_dim",
+                (self.dcn_num_layers, self.dcn_low_rank_dim),
+                "use positive values",
+            )

@@ -1,0 +1,139 @@
+"""``DLRMModule``: the LightningModule of rocmtrain's recipes (loss, AUC, NE, samples/s).
+
+    module = DLRMModule(ModelConfig())          # tables on meta: train it under TorchRecStrategy
+    trainer = pl.Trainer(strategy="torchrec", accelerator="cpu", devices=2, max_epochs=1)
+    trainer.fit(module, datamodule=dm)           # dm yields torchrec.datasets.utils.Batch
+    module.history                               # [{"epoch", "train_loss", "val_auc", ...}]
+
+Only the dense (MLP) parameters go to ``configure_optimizers``; the embeddings are updated by
+TorchRec's fused optimizer inside the backward (``apply_optimizer_in_backward``), so their
+parameters are filtered out with ``in_backward_optimizer_filter``. Metrics are torchmetrics
+objects (synced across ranks when computed); per-epoch summaries are printed on rank 0.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+import torchmetrics
+from torchrec.datasets.utils import Batch
+from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+from rocmtrain.config.model import ModelConfig
+from rocmtrain.metrics import NormalizedEntropy
+from rocmtrain.models.dlrm import apply_embedding_optimizer, build_dlrm, dense_optimizer
+
+
+class DLRMModule(pl.LightningModule):
+    """DLRM on TorchRec; ``forward(dense, kjt) -> logits [B]``."""
+
+    def __init__(
+        self, cfg: ModelConfig, *, dense_device: torch.device | None = None, verbose: bool = True
+    ) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.verbose = verbose
+        self.model = build_dlrm(cfg, dense_device=dense_device)
+        apply_embedding_optimizer(self.model, cfg)
+        thresholds = cfg.auc_num_thresholds
+        self.train_loss = torchmetrics.MeanMetric()
+        self.val_loss = torchmetrics.MeanMetric()
+        self.train_auc = torchmetrics.classification.BinaryAUROC(thresholds=thresholds)
+        self.val_auc = torchmetrics.classification.BinaryAUROC(thresholds=thresholds)
+        self.val_ne = NormalizedEntropy()
+        self.history: list[dict[str, float]] = []
+        self.step_losses: list[float] = []
+        """Local (this rank's) training loss of every step, in order (tests compare these)."""
+        self._last_val: dict[str, float] = {}
+        self._t0 = 0.0
+        self._t_last = 0.0
+        self._samples = 0
+
+    def forward(self, dense: torch.Tensor, sparse: Any) -> torch.Tensor:
+        return self.model(dense, sparse).squeeze(-1)
+
+    def _step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self(batch.dense_features, batch.sparse_features)
+        loss = F.binary_cross_entropy_with_logits(logits, batch.labels)
+        return loss, logits
+
+    # -- training ----------------------------------------------------------------------------
+    def on_train_epoch_start(self) -> None:
+        self._t0 = self._t_last = time.perf_counter()
+        self._samples = 0
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        loss, logits = self._step(batch)
+        detached = loss.detach()
+        self.step_losses.append(float(detached))
+        self.train_loss.update(detached)
+        self.train_auc.update(torch.sigmoid(logits.detach()), batch.labels.long())
+        self.log("loss", detached, prog_bar=True, on_step=True, on_epoch=False)
+        return loss
+
+    def on_train_batch_end(self, outputs: Any, batch: Batch, batch_idx: int) -> None:
+        self._samples += int(batch.labels.shape[0])
+        self._t_last = time.perf_counter()
+        if batch_idx % max(1, self.trainer.log_every_n_steps) == 0 and self._t_last > self._t0:
+            rate = self._samples * self.trainer.world_size / (self._t_last - self._t0)
+            self.log("samples/s", rate, prog_bar=True, on_step=True, on_epoch=False)
+
+    def on_train_epoch_end(self) -> None:
+        elapsed = max(self._t_last - self._t0, 1e-9)
+        row = {
+            "epoch": float(self.current_epoch),
+            "train_loss": float(self.train_loss.compute()),
+            "train_auc": float(self.train_auc.compute()),
+            "samples_per_s": self._samples * self.trainer.world_size / elapsed,
+            **self._last_val,
+        }
+        self.train_loss.reset()
+        self.train_auc.reset()
+        # values are already reduced over ranks (torchmetrics); sync_dist averages equal values
+        self.log_dict({k: v for k, v in row.items() if k != "epoch"}, sync_dist=True)
+        self.history.append(row)
+        self._last_val = {}
+        if self.verbose and self.global_rank == 0:
+            print(format_epoch(row, self.trainer.max_epochs), flush=True)
+
+    # -- validation --------------------------------------------------------------------------
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        loss, logits = self._step(batch)
+        probs = torch.sigmoid(logits)
+        self.val_loss.update(loss, weight=batch.labels.shape[0])
+        self.val_auc.update(probs, batch.labels.long())
+        self.val_ne.update(logits, batch.labels)
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            for metric in (self.val_loss, self.val_auc, self.val_ne):
+                metric.reset()
+            return
+        self._last_val = {
+            "val_loss": float(self.val_loss.compute()),
+            "val_auc": float(self.val_auc.compute()),
+            "val_ne": float(self.val_ne.compute()),
+        }
+        for metric in (self.val_loss, self.val_auc, self.val_ne):
+            metric.reset()
+        if not self.trainer.training:  # trainer.validate(): log here, no train epoch end follows
+            self.log_dict(self._last_val, sync_dist=True)
+
+    # -- optimizers --------------------------------------------------------------------------
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        # After sharding, the embedding parameters carry an in-backward (fused) optimizer.
+        dense = dict(in_backward_optimizer_filter(self.named_parameters()))
+        return dense_optimizer(list(dense.values()), self.cfg)
+
+
+def format_epoch(row: dict[str, float], max_epochs: int | None = None) -> str:
+    """One line per epoch: ``epoch 2/3: train_loss=0.4512 train_auc=0.7801 val_loss=...``."""
+    parts = [f"{k}={v:.4f}" for k, v in row.items() if k not in ("epoch", "samples_per_s")]
+    if "samples_per_s" in row:
+        parts.append(f"samples/s={row['samples_per_s']:,.0f}")
+    total = f"/{max_epochs}" if max_epochs and max_epochs > 0 else ""
+    return f"epoch {int(row['epoch']) + 1}{total}: " + " ".join(parts)
