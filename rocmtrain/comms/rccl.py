@@ -242,7 +242,7 @@ def _validate(cfg: RcclConfig, plat: Platform) -> tuple[list[str], list[str]]:
     for key, value in cfg.extra_env.items():
         entry = registry.lookup(key)
         if entry is not None and entry.status in ("fabricated", "dead"):
-            errors.append(f"rccl.extra_env.{key}: {registry.describe(entry)}")
+            warnings.append(f"rccl.extra_env.{key}: {registry.describe(entry)}; not set")
         elif key in by_env:
             errors.append(f"rccl.extra_env.{key}={value!r}: use the typed field rccl.{by_env[key]}")
         elif entry is not None and entry.status == "legacy":
@@ -303,7 +303,8 @@ def plan_rccl_env(
         value = getattr(cfg, name)
         if value is not None:
             env[var] = _canonical(name, value)
-    env.update({k: _fmt(v) for k, v in cfg.extra_env.items()})
+    # invented/dead names are never set (validation warned, naming the real knob)
+    env.update({k: _fmt(v) for k, v in cfg.extra_env.items() if not registry.is_forbidden(k)})
     if not collective_only:
         pg = {var: getattr(cfg, name) for name, var in PG_FIELDS.items()}
         pg["TORCH_FR_DUMP_TEMP_FILE"] = flight_recorder_prefix(cfg, run_dir)

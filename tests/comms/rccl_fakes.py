@@ -24,11 +24,14 @@ def write_fake(
     exit_code: int = 0,
     proto_scale: dict[str, float] | None = None,
     fail_protocols: tuple[str, ...] = (),
+    help_style: str | None = None,
 ) -> Path:
     """Create ``bin_dir/name`` (e.g. ``all_reduce_perf``).
 
     mode: ``print`` (the whole log), ``hang`` (first 25 lines, then a child and itself sleep forever;
     the child's pid goes to ``<name>.child``), ``truncate`` (first 30 lines, then exit ``exit_code``).
+    ``help_style`` (``nccl``/``rccl``) makes ``-h`` print that project's usage lines for file output
+    and honours ``-J FILE`` (nccl-tests JSON) or ``-x FILE -Z csv`` (rccl-tests CSV).
     ``proto_scale`` multiplies the busbw/algbw columns of result rows by a factor chosen by $NCCL_PROTO
     (so a sweep has a known winner). The argv and NCCL_* env are appended to ``<name>.calls``.
     """
@@ -41,6 +44,13 @@ def write_fake(
         with open(calls, "a") as f:
             env = {{k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "RCCL_"))}}
             f.write(json.dumps({{"argv": sys.argv[1:], "env": env}}) + "\\n")
+        style = {help_style!r}
+        if "-h" in sys.argv:
+            if style == "nccl":
+                print("[-J,--output_file <file> write output to filepath, if accessible. Infer type from suffix (only json supported presently.)]")
+            if style == "rccl":
+                print("[-x,--output_file <output file name>]\\n[-Z,--output_format <output format <csv|json>]")
+            sys.exit(0)
         proto = os.environ.get("NCCL_PROTO", "unset")
         if proto in {list(fail_protocols)!r}:
             print("host: Test NCCL failure common.cu:392 'invalid usage' ", flush=True)
@@ -63,6 +73,19 @@ def write_fake(
                     t[i] = "%.2f" % (float(t[i]) / scale)
                 line = m.group(1) + "  " + "  ".join(t)
             print(line, flush=True)
+        data = [l.split() for l in lines if row.match(l)]
+        if style == "nccl" and "-J" in sys.argv:
+            blk = lambda t: {{"time": float(t[0]), "alg_bw": float(t[1]), "bus_bw": float(t[2]), "nwrong": float(t[3])}}
+            res = [{{"size": int(t[0]), "count": int(t[1]), "type": t[2], "redop": t[3], "root": t[4],
+                     "out_of_place": blk(t[5:9]), "in_place": blk(t[9:13])}} for t in data]
+            doc = {{"version": 3, "args": sys.argv, "results": res, "out_of_bounds": {{"count": 0}}}}
+            open(sys.argv[sys.argv.index("-J") + 1], "w").write(json.dumps(doc))
+        if style == "rccl" and "-x" in sys.argv:
+            with open(sys.argv[sys.argv.index("-x") + 1], "w") as f:
+                f.write("collective, gpus, size, type, redop, inplace, time, algbw, busbw, #wrong\\n")
+                for t in data:
+                    for ip, b in ((0, t[5:9]), (1, t[9:13])):
+                        f.write(", ".join(["AllReduce", "8", t[0], t[2], t[3], str(ip), *b]) + "\\n")
         if mode == "hang":
             child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
             open(calls.replace(".calls", ".child"), "w").write(str(child.pid))

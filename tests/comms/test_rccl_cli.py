@@ -108,7 +108,6 @@ def test_module_entry_point(fixtures_dir: Path, capsys) -> None:
     assert "invalid kernel file" in capsys.readouterr().err
 
 
-@pytest.mark.slow
 def test_sweep_end_to_end(tmp_path: Path, fixtures_dir: Path, capsys, monkeypatch) -> None:
     log = fixtures_dir / "rccl_tests" / MI300X_LOG
     bins = tmp_path / "bin"
@@ -178,3 +177,20 @@ def test_sweep_on_time_metric(tmp_path: Path, fixtures_dir: Path) -> None:
     assert "| 8 | 45.92 | 22.96 | 91.84 |" in table  # the real 8-byte time, halved and doubled
     assert "| proto=LL | 2.000 |" in table and "| proto=Simple | 0.500 |" in table
     assert OmegaConf.load(out / "measured.yaml").protocol == "LL"
+
+
+def test_run_with_json_file(tmp_path: Path, fixtures_dir: Path, capsys) -> None:
+    write_fake(tmp_path, "all_reduce_perf", fixture=fixtures_dir / "rccl_tests" / MI300X_LOG,
+               help_style="nccl")  # fmt: skip
+    rc = main(
+        [
+            "run",
+            "all_reduce",
+            "--tests-dir",
+            str(tmp_path),
+            "--output-file",
+            str(tmp_path / "o.json"),
+        ]
+    )
+    assert rc == 0
+    assert "json output: " in capsys.readouterr().err and (tmp_path / "o.json").is_file()

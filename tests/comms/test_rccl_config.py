@@ -39,7 +39,7 @@ def test_fields_map_to_real_names_canonically() -> None:
 def test_invalid_values_fail_before_launch_with_field_value_and_allowed_set() -> None:
     cfg = RcclConfig(protocol="LL,Fast", algorithm="Ring,Star", min_channels=64, max_channels=8,
                      override_protocol="LL,Simple", debug="LOUD",
-                     extra_env={"RCCL_LL_THRESHOLD": "0", "NCCL_PROTO": "LL"})  # fmt: skip
+                     extra_env={"NCCL_PROTO": "LL"})  # fmt: skip
     with pytest.raises(ValueError) as exc:
         plan_rccl_env(cfg, plat=ROCM_NEW)
     msg = str(exc.value)
@@ -47,7 +47,6 @@ def test_invalid_values_fail_before_launch_with_field_value_and_allowed_set() ->
                  "rccl.algorithm='Ring,Star'", "rccl.min_channels=64 > rccl.max_channels=8",
                  "rccl.override_protocol='LL,Simple': give exactly one",
                  "rccl.debug='LOUD': allowed values are VERSION, WARN, INFO, ABORT, TRACE",
-                 "rccl.extra_env.RCCL_LL_THRESHOLD", "use NCCL_PROTO / RCCL_OVERRIDE_PROTO",
                  "rccl.extra_env.NCCL_PROTO='LL': use the typed field rccl.protocol"]:  # fmt: skip
         assert part in msg, part
 
@@ -148,3 +147,16 @@ def test_presets_compose_and_validate(preset: str) -> None:
 def test_dictconfig_input() -> None:
     node = OmegaConf.merge(OmegaConf.structured(RcclConfig), {"protocol": "LL128"})
     assert plan_rccl_env(node, plat=ROCM_OLD, collective_only=True) == {"NCCL_PROTO": "LL128"}
+
+
+def test_invented_name_in_config_warns_with_replacement_and_is_never_set(caplog) -> None:
+    cfg = RcclConfig(extra_env={"RCCL_LL_THRESHOLD": "0", "TORCH_HIP_MEM_POOL_ENABLE": "1",
+                                "HSA_NO_SCRATCH_RECLAIM": "1"})  # fmt: skip
+    env: dict[str, str] = {}
+    with caplog.at_level(logging.WARNING):
+        changed = apply_rccl_config(cfg, environ=env, plat=ROCM_OLD, conf_files=())
+    assert "RCCL_LL_THRESHOLD" not in env and "TORCH_HIP_MEM_POOL_ENABLE" not in env
+    assert changed["HSA_NO_SCRATCH_RECLAIM"] == (None, "1")
+    assert "rccl.extra_env.RCCL_LL_THRESHOLD: RCCL_LL_THRESHOLD does not exist" in caplog.text
+    assert "use NCCL_PROTO / RCCL_OVERRIDE_PROTO instead" in caplog.text
+    assert "use PYTORCH_HIP_ALLOC_CONF instead" in caplog.text

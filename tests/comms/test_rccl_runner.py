@@ -14,7 +14,9 @@ from rocmtrain.comms.rccl_tests.runner import (
     RunSpec,
     build_command,
     find_binary,
+    output_support,
     parse_size,
+    read_output_file,
     run_test,
 )
 
@@ -125,3 +127,27 @@ def test_parse_size() -> None:
     for bad in ("", "abc", "-1", "0"):
         with pytest.raises(ValueError, match="size"):
             parse_size(bad)
+
+
+@pytest.mark.parametrize("style, fmt", [("nccl", "json"), ("rccl", "csv"), (None, None)])
+def test_machine_readable_output(tmp_path: Path, log: Path, style, fmt) -> None:
+    fake = write_fake(tmp_path, "all_reduce_perf", fixture=log, help_style=style)
+    assert output_support(fake) == fmt
+    if fmt is None:
+        return
+    out_file = tmp_path / f"r.{fmt}"
+    cmd = build_command(fake, RunSpec(output_file=str(out_file), output_format=fmt))
+    assert (
+        cmd[-2:] == ["-J", str(out_file)]
+        if fmt == "json"
+        else cmd[-4:] == ["-x", str(out_file), "-Z", "csv"]
+    )
+    out = run_test(cmd, timeout_s=30)
+    assert out.ok
+    other = read_output_file(out_file, fmt)
+    assert [r.size_bytes for r in other.rows] == [r.size_bytes for r in out.parsed.rows]
+    assert other.rows[-1].in_place.busbw_gbps == 289.60 and other.rows[-1].out_of_place.wrong == 0
+    bad = read_output_file(tmp_path / "missing.json", "json")
+    assert bad.parse_errors and "cannot read json output" in bad.parse_errors[0]
+    with pytest.raises(ValueError, match="output_format"):
+        build_command(fake, RunSpec(output_file="x"))

@@ -109,6 +109,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("collective", choices=runner.SUPPORTED)
     r.add_argument("--log", type=Path, default=None, help="save the raw output here")
     r.add_argument("--json", action="store_true")
+    r.add_argument(
+        "--output-file",
+        type=Path,
+        default=None,
+        help="also ask the binary for its JSON (nccl-tests) / CSV (rccl-tests) file",
+    )
     s = sub.add_parser("sweep", parents=[run_opts], help="protocol × algorithm × channels sweep")
     s.add_argument("--collectives", default="all_reduce,alltoall")
     s.add_argument("--protocols", default="unset,LL,LL128,Simple")
@@ -208,7 +214,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     env = {**os.environ, **_env_pairs(args.env)}
     try:
         binary = runner.find_binary(args.collective, search_dirs=args.tests_dir, environ=env)
-        cmd = runner.build_command(binary, _spec(args), launcher=args.launcher, nprocs=args.nprocs)
+        spec = _spec(args)
+        if args.output_file is not None:
+            spec.output_format = runner.output_support(binary)  # type: ignore[assignment]
+            if spec.output_format is None:
+                print(f"warning: {binary.name} -h advertises no JSON/CSV output; text only",
+                      file=sys.stderr)  # fmt: skip
+            else:
+                spec.output_file = str(args.output_file)
+        cmd = runner.build_command(binary, spec, launcher=args.launcher, nprocs=args.nprocs)
     except (FileNotFoundError, ValueError) as exc:
         raise _Usage(str(exc)) from None
     print("running: " + shlex.join(cmd), file=sys.stderr)
@@ -220,6 +234,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         min_busbw_gbps=args.min_busbw,
         floor_min_bytes=args.floor_min_bytes,
     )
+    if spec.output_file and spec.output_format:
+        other = runner.read_output_file(spec.output_file, spec.output_format)
+        sizes = lambda res: [r.size_bytes for r in res.rows]  # noqa: E731
+        if other.parse_errors or sizes(other) != sizes(out.parsed):
+            out.warnings.append(f"{spec.output_format} file {spec.output_file} disagrees with the "
+                                f"text output: {other.parse_errors or 'different sizes'}")  # fmt: skip
+        else:
+            print(f"{spec.output_format} output: {spec.output_file} ({len(other.rows)} rows, "
+                  "matches the text)", file=sys.stderr)  # fmt: skip
     return _report(out.parsed, out.errors, out.warnings, as_json=args.json)
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from rocmtrain.comms.rccl_tests.parser import ParseResult, assess, parse_text
+from rocmtrain.comms.rccl_tests.parser import ParseResult, assess, parse_csv, parse_json, parse_text
 
 Launcher = Literal["local", "srun", "mpirun"]
 #: collectives the wrapper knows (binary = ``<name>_perf``)
@@ -105,6 +105,10 @@ class RunSpec:
     datatype: str | None = None
     binary_timeout_s: int = 0
     """``-T``: the binary's own per-collective timeout (0 = do not pass it; old builds lack it)."""
+    output_file: str | None = None
+    """Also write a machine-readable file: nccl-tests ``-J FILE.json`` or rccl-tests
+    ``-x FILE -Z csv`` (see :func:`output_support`)."""
+    output_format: Literal["json", "csv"] | None = None
     extra_args: list[str] = field(default_factory=list)
 
 
@@ -135,6 +139,15 @@ def build_command(
         args += ["-d", spec.datatype]
     if spec.binary_timeout_s > 0:
         args += ["-T", str(spec.binary_timeout_s)]
+    if spec.output_file:
+        if spec.output_format == "json":
+            args += ["-J", spec.output_file]
+        elif spec.output_format == "csv":
+            args += ["-x", spec.output_file, "-Z", "csv"]
+        else:
+            raise ValueError(
+                "output_file needs output_format 'json' (nccl-tests) or 'csv' (rccl-tests)"
+            )
     args += list(spec.extra_args)
     if launcher == "local":
         if nprocs != 1:
@@ -145,6 +158,31 @@ def build_command(
     if launcher == "mpirun":
         return ["mpirun", "-np", str(nprocs), "--tag-output", *launcher_args, *args]
     raise ValueError(f"launcher={launcher!r}: choose local, srun or mpirun")
+
+
+def output_support(binary: str | os.PathLike[str], *, timeout_s: float = 30.0) -> str | None:
+    """Which machine-readable output ``binary -h`` advertises: ``"csv"`` (rccl-tests ``-Z``; its
+    ``json`` writes unquoted strings, so csv is used), ``"json"`` (nccl-tests ``-J``) or None."""
+    try:
+        proc = subprocess.run([str(binary), "-h"], capture_output=True, text=True,
+                              errors="replace", timeout=timeout_s)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = proc.stdout + proc.stderr
+    if "--output_format" in text and "csv" in text:
+        return "csv"
+    if "--output_file" in text and "json" in text:
+        return "json"
+    return None
+
+
+def read_output_file(path: str | os.PathLike[str], fmt: str) -> ParseResult:
+    """Parse a ``-J``/``-Z csv`` file written by a run (errors end up in ``parse_errors``)."""
+    try:
+        text = Path(path).read_text(errors="replace")
+        return parse_json(text) if fmt == "json" else parse_csv(text)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return ParseResult(parse_errors=[f"cannot read {fmt} output {path}: {exc}"])
 
 
 @dataclass
