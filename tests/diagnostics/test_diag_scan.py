@@ -98,6 +98,8 @@ def test_hipify_statistics_added(capsys) -> None:
     assert {f["file"] for f in hip["files"]} <= set(files)
     assert hip["loc"] == sum(len(Path(f).read_text().splitlines()) for f in hip_files(hip))
     assert hip["converted"] >= 1
+    for f in hip["files"]:  # hipify's own warning lines are attached to their file
+        assert len(f["warning_lines"]) == f["warnings"]
 
 
 def hip_files(hip: dict) -> list[str]:

@@ -10,8 +10,8 @@ Per file hipify-perl prints::
       cudaFree => hipFree: 1
 
 and for several files a ``GLOBAL`` block with the totals. Result:
-``{"files": [{"file", "converted", "warnings", "loc", "refs": {name: count}}], "converted", "warnings",
-"loc"}`` with totals summed over the files (the GLOBAL block, when present, is cross-checked).
+``{"files": [{"file", "converted", "warnings", "loc", "refs": {name: count}, "warning_lines": [...]}],
+"converted", "warnings", "loc"}`` with totals summed over the files (the GLOBAL block, when present, is cross-checked).
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ from rocmtrain.diagnostics.parsers._common import ParseError, strip_comment_head
 _FILE = re.compile(r"\[HIPIFY\]\s+info:\s+file\s+'(.+?)'\s+statistics:")
 _COUNT = re.compile(r"^\s*(CONVERTED refs count|TOTAL lines of code|WARNINGS)\s*:\s*(\d+)")
 _REF = re.compile(r"^\s*(\S+)\s*=>\s*(\S+)\s*:\s*(\d+)\s*$")
+# "  warning: FILE:#LINE : code" (unconverted CUDA API) and "  FILE:LINE: warning: unsupported ..."
+_WARN = re.compile(
+    r"^\s*(?:warning:\s*(?P<f1>.+?):#(?P<l1>\d+)\s*:|(?P<f2>.+?):(?P<l2>\d+):\s*warning:)\s*(?P<t>.*?)\s*$"
+)
 _KEYS = {"CONVERTED refs count": "converted", "TOTAL lines of code": "loc", "WARNINGS": "warnings"}
 
 
@@ -47,10 +51,18 @@ def parse_hipify_stats(text: str) -> HipifyStats:
     """Statistics per converted file; :class:`ParseError` when no ``statistics:`` block exists."""
     stats = HipifyStats()
     current: dict[str, Any] | None = None
+    pending: list[dict[str, Any]] = []  # hipify prints a file's warnings before its statistics
     for line in strip_comment_header(text).splitlines():
+        w = _WARN.match(line)
+        if w:
+            f, ln = w.group("f1") or w.group("f2"), w.group("l1") or w.group("l2")
+            pending.append({"file": f, "line": int(ln), "text": w.group("t")})
+            continue
         m = _FILE.search(line)
         if m:
             current = {"file": m.group(1), "converted": 0, "warnings": 0, "loc": 0, "refs": {}}
+            current["warning_lines"] = [p for p in pending if p["file"] == m.group(1)]
+            pending = []
             if m.group(1).upper() == "GLOBAL":
                 stats.global_block = current
             else:
