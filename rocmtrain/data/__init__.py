@@ -28,14 +28,15 @@ import pytorch_lightning as pl
 from rocmtrain.config.data import DataConfig, DataConfigError
 from rocmtrain.data.batch import feature_keys, make_batch
 from rocmtrain.data.datamodule import RecDataModule
-from rocmtrain.data.loader import BatchSource, ResumableBatches, rank_row_slices
+from rocmtrain.data.loader import BatchSource, EpochBatches, PositionedLoader, rank_row_slices
 
 __all__ = [
     "BatchSource",
     "DataConfig",
     "DataConfigError",
     "RecDataModule",
-    "ResumableBatches",
+    "EpochBatches",
+    "PositionedLoader",
     "build_datamodule",
     "feature_keys",
     "make_batch",

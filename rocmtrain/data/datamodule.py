@@ -3,17 +3,21 @@
 Built by :func:`rocmtrain.data.build_datamodule`. ``setup()`` reads rank and world size from
 ``torch.distributed`` (after the strategy initialised the process group) unless they were given.
 
-Data position (``state_dict``/``load_state_dict``, which Lightning calls when it saves/restores a
-checkpoint): ``{"epoch": e, "batch": b}`` = batch ``b`` of epoch ``e`` is the next one to train on.
-While a Trainer is fitting, the position is read from the trainer's own progress counters
-(batches *processed*), so look-ahead of a prefetcher or a pipelined train loop does not skew
-it; without a trainer it is the number of batches the loader has handed out (``num_workers=0``;
-with workers, save the position yourself from your loop's step count and ``load_state_dict`` it).
+Data position (``state_dict``/``load_state_dict``): ``{"epoch": e, "batch": b}`` = batch ``b`` of
+epoch ``e`` is the next one to train on. Lightning stores it twice in a checkpoint (the
+datamodule's entry and the fit loop's stateful-loader entry; both are the same) and restores it
+on ``fit(ckpt_path=...)``. A custom checkpoint saves ``dm.state_dict()`` and calls
+``dm.load_state_dict(...)`` before training resumes (before or after ``setup``).
+
+Consumption is counted in ``on_before_batch_transfer`` (Lightning calls it for each training
+batch right before its step), so batches a prefetcher or a pipelined loop fetched ahead are not
+counted. Batches pulled without that hook (``dataloader_iter`` training steps, plain loops)
+count when they are handed out, unless the loop calls :meth:`RecDataModule.mark_consumed` per
+batch it trains on (do that in a pipelined loop that fetches ahead).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytorch_lightning as pl
@@ -21,10 +25,10 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from rocmtrain.config.data import DataConfig
-from rocmtrain.data.loader import BatchSource, ResumableBatches
+from rocmtrain.data.loader import BatchSource, EpochBatches, PositionedLoader
 
-SourceFactory = Callable[[str, int, int], BatchSource | None]
-"""``factory(split, rank, world_size)`` -> this rank's source of ``split`` (``None``: no split)."""
+SourceFactory = Any
+"""``factory(split, rank, world_size)`` -> this rank's :class:`BatchSource` of ``split`` or None."""
 
 
 class RecDataModule(pl.LightningDataModule):
@@ -43,8 +47,9 @@ class RecDataModule(pl.LightningDataModule):
         self._factory = factory
         self._rank = rank
         self._world_size = world_size
-        self.train_data: ResumableBatches | None = None
-        self.val_data: ResumableBatches | None = None
+        self.train_source: BatchSource | None = None
+        self.val_source: BatchSource | None = None
+        self._train_loader: PositionedLoader | None = None
         self._pending_state: dict[str, int] | None = None
 
     @property
@@ -62,61 +67,57 @@ class RecDataModule(pl.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         """Build this rank's train and validation sources (once)."""
-        if self.train_data is not None:
+        if self.train_source is not None:
             return
-        train = self._factory("train", self.rank, self.world_size)
-        if train is None:
-            raise RuntimeError("data factory returned no training data")
-        self.train_data = ResumableBatches(train, epoch_fn=self._trainer_epoch)
-        val = self._factory("val", self.rank, self.world_size)
-        self.val_data = ResumableBatches(val) if val is not None else None
-        if self._pending_state is not None:
-            self.train_data.load_state_dict(self._pending_state)
-            self._pending_state = None
+        self.train_source = self._factory("train", self.rank, self.world_size)
+        self.val_source = self._factory("val", self.rank, self.world_size)
 
-    def _loader(self, data: ResumableBatches) -> DataLoader:
-        return DataLoader(
-            data,
-            batch_size=None,  # items are whole batches
-            num_workers=self.cfg.num_workers,
-            pin_memory=self.cfg.pin_memory,
-            persistent_workers=False,
-        )
+    def _loader_kwargs(self) -> dict[str, Any]:
+        return {"num_workers": self.cfg.num_workers, "pin_memory": self.cfg.pin_memory}
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> PositionedLoader:
+        """The training loader (one per datamodule: it carries the data position)."""
         self.setup()
-        assert self.train_data is not None
-        return self._loader(self.train_data)
+        if self._train_loader is None:
+            assert self.train_source is not None
+            self._train_loader = PositionedLoader(
+                EpochBatches(self.train_source), **self._loader_kwargs()
+            )
+            if self._pending_state is not None:
+                self._train_loader.load_state_dict(self._pending_state)
+                self._pending_state = None
+        return self._train_loader
 
     def val_dataloader(self) -> DataLoader | list:
+        """Validation batches (fixed order; empty list when there is no validation split)."""
         self.setup()
-        return self._loader(self.val_data) if self.val_data is not None else []
+        if self.val_source is None:
+            return []
+        return DataLoader(EpochBatches(self.val_source), batch_size=None, **self._loader_kwargs())
 
-    # ---- data position -------------------------------------------------------------------
-    def _fitting_trainer(self) -> Any | None:
-        trainer = getattr(self, "_trainer", None) or getattr(self, "trainer", None)
-        if trainer is None or getattr(trainer.state, "fn", None) != "fit":
-            return None
-        return trainer
+    def mark_consumed(self) -> None:
+        """Count the oldest training batch handed out as trained on (called per training batch by
+        ``on_before_batch_transfer``; a pipelined loop that pulls batches itself calls it once per
+        batch it trains on, so its look-ahead is not saved as consumed)."""
+        if self._train_loader is not None:
+            self._train_loader.mark_consumed()
 
-    def _trainer_epoch(self) -> int | None:
-        trainer = self._fitting_trainer()
-        return None if trainer is None else int(trainer.current_epoch)
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        trainer = self.trainer
+        if trainer is not None and trainer.training:
+            self.mark_consumed()
+        return batch
 
     def state_dict(self) -> dict[str, int]:
         """The training data position ``{"epoch", "batch"}`` (see the module docstring)."""
-        trainer = self._fitting_trainer()
-        if trainer is not None:
-            progress = trainer.fit_loop.epoch_loop.batch_progress.current
-            return {"epoch": int(trainer.current_epoch), "batch": int(progress.processed)}
-        if self.train_data is None:
-            return dict(self._pending_state or {"epoch": 0, "batch": 0})
-        return self.train_data.state_dict()
+        if self._train_loader is not None:
+            return self._train_loader.state_dict()
+        return dict(self._pending_state or {"epoch": 0, "batch": 0})
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
-        """Continue training at ``state_dict``'s position (before or after ``setup``)."""
+        """Continue training at ``state_dict``'s position."""
         state = {"epoch": int(state_dict["epoch"]), "batch": int(state_dict["batch"])}
-        if self.train_data is None:
+        if self._train_loader is None:
             self._pending_state = state
         else:
-            self.train_data.load_state_dict(state)
+            self._train_loader.load_state_dict(state)

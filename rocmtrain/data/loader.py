@@ -1,14 +1,14 @@
 """Rank-sharded, resumable batch iteration shared by every data kind.
 
 A *source* knows how many batches this rank has per epoch and builds batch ``k`` of epoch ``e``
-deterministically (:class:`BatchSource`). :class:`ResumableBatches` iterates a source and keeps
-the data position ``(epoch, batch)`` so a resumed run continues with exactly the batches an
-uninterrupted run would have seen::
+deterministically (:class:`BatchSource`). :class:`PositionedLoader` iterates it epoch by epoch
+and keeps the data position ``(epoch, batch)`` so a resumed run continues with exactly the
+batches an uninterrupted run would have seen::
 
-    data = ResumableBatches(source)
-    it = iter(data); next(it); next(it)          # two batches handed out
-    state = data.state_dict()                    # {"epoch": 0, "batch": 2}
-    fresh = ResumableBatches(source); fresh.load_state_dict(state)
+    loader = PositionedLoader(EpochBatches(source))
+    it = iter(loader); next(it); next(it)        # two batches handed out (and consumed)
+    state = loader.state_dict()                  # {"epoch": 0, "batch": 2}
+    fresh = PositionedLoader(EpochBatches(source)); fresh.load_state_dict(state)
     next(iter(fresh))                            # == batch 2 of epoch 0
 
 File rows are split into global rounds of ``world_size * batch_size`` rows; rank ``r`` takes the
@@ -18,10 +18,12 @@ File rows are split into global rounds of ``world_size * batch_size`` rows; rank
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections import deque
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torchrec.datasets.utils import Batch
 
 
@@ -37,61 +39,77 @@ class BatchSource(Protocol):
         ...
 
 
-class ResumableBatches(IterableDataset):
-    """Iterable over a :class:`BatchSource` with a saveable position.
+class EpochBatches(IterableDataset):
+    """One epoch of a :class:`BatchSource`, from batch ``start`` (set ``epoch``/``start`` first).
 
-    Each ``iter()`` runs one epoch: from the restored position if one was loaded for that epoch,
-    else from batch 0. The epoch counter advances when an epoch is exhausted; ``set_epoch`` (or
-    ``epoch_fn``, e.g. the trainer's ``current_epoch``) overrides it. With DataLoader workers,
-    worker ``w`` builds batches ``w, w+n, ...`` and the DataLoader returns them in order.
+    With DataLoader workers, worker ``w`` of ``n`` builds batches ``start+w, start+w+n, ...``;
+    the DataLoader returns them in order.
     """
 
-    def __init__(self, source: BatchSource, *, epoch_fn=None) -> None:
+    def __init__(self, source: BatchSource) -> None:
         self.source = source
         self.epoch = 0
-        self.batch_in_epoch = 0
-        self._resume: tuple[int, int] | None = None
-        self._epoch_fn = epoch_fn
+        self.start = 0
 
     def __len__(self) -> int:
         return len(self.source)
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def state_dict(self) -> dict[str, int]:
-        """``{"epoch", "batch"}``: batches of ``epoch`` handed out so far (main-process loading)."""
-        return {"epoch": self.epoch, "batch": self.batch_in_epoch}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Continue at batch ``state["batch"]`` of ``state["epoch"]`` on the next ``iter()``."""
-        epoch, batch = int(state["epoch"]), int(state["batch"])
-        if batch >= len(self.source):  # saved at the end of an epoch: next epoch from its start
-            epoch, batch = epoch + 1, 0
-        self.epoch, self.batch_in_epoch = epoch, batch
-        self._resume = (epoch, batch)
-
-    def _current_epoch(self) -> int:
-        if self._epoch_fn is not None:
-            epoch = self._epoch_fn()
-            if epoch is not None:
-                return int(epoch)
-        return self.epoch
-
-    def __iter__(self):
-        epoch = self._current_epoch()
-        start = 0
-        if self._resume is not None and self._resume[0] == epoch:
-            start = self._resume[1]
-        self._resume = None
-        self.epoch, self.batch_in_epoch = epoch, start
+    def __iter__(self) -> Iterator[Batch]:
         worker = get_worker_info()
         step, offset = (1, 0) if worker is None else (worker.num_workers, worker.id)
-        for index in range(start + offset, len(self.source), step):
-            batch = self.source.batch(epoch, index)
-            self.batch_in_epoch = index + 1  # counts batches handed out (main-process loading)
+        for index in range(self.start + offset, len(self.source), step):
+            yield self.source.batch(self.epoch, index)
+
+
+class PositionedLoader(DataLoader):
+    """DataLoader over :class:`EpochBatches` that knows its data position.
+
+    ``iter()`` continues at the position: the rest of an unfinished epoch, else the next epoch
+    from batch 0. The position counts batches *consumed*: each batch handed out is queued, and
+    :meth:`mark_consumed` (called by the DataModule's ``on_before_batch_transfer``, i.e. right
+    before a training step) pops it, so batches a prefetcher fetched ahead do not count. Without
+    such calls every batch handed out counts as consumed.
+
+    ``state_dict()`` = ``{"epoch": e, "batch": b}`` (batch ``b`` of epoch ``e`` comes next);
+    Lightning saves and restores it with its fit loop (the loader is "stateful" to Lightning).
+    """
+
+    def __init__(self, dataset: EpochBatches, **kwargs: Any) -> None:
+        super().__init__(dataset, batch_size=None, **kwargs)
+        self._position = (0, 0)
+        self._handed_out: deque[tuple[int, int]] = deque(maxlen=1024)
+        self._tracked = False
+
+    def mark_consumed(self) -> None:
+        """The oldest batch handed out is now being trained on."""
+        if self._handed_out:
+            self._tracked = True
+            epoch, index = self._handed_out.popleft()
+            self._position = (epoch, index + 1)
+
+    def state_dict(self) -> dict[str, int]:
+        epoch, batch = self._position
+        return {"epoch": epoch, "batch": batch}
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        self._position = (int(state_dict["epoch"]), int(state_dict["batch"]))
+        self._handed_out.clear()
+
+    def __iter__(self) -> Iterator[Batch]:
+        epoch, start = self._position
+        if start >= len(self.dataset):  # that epoch is done: the next one, from its start
+            epoch, start = epoch + 1, 0
+        self._position = (epoch, start)
+        self._handed_out.clear()
+        self.dataset.epoch, self.dataset.start = epoch, start
+        return self._generate(epoch, start)
+
+    def _generate(self, epoch: int, start: int) -> Iterator[Batch]:
+        for index, batch in enumerate(super().__iter__(), start=start):
+            self._handed_out.append((epoch, index))
+            if not self._tracked:
+                self._position = (epoch, index + 1)
             yield batch
-        self.epoch, self.batch_in_epoch = epoch + 1, 0
 
 
 def rank_row_slices(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import pytorch_lightning as pl
 import torch
 
 from rocmtrain.config.data import DataConfig
@@ -74,9 +75,100 @@ def test_resume_with_dataloader_workers_gives_the_same_batches():
     assert _take(full.train_dataloader(), n_epochs=1) == reference
 
 
+def test_a_loop_that_fetches_ahead_saves_only_what_it_trained_on():
+    """A pipelined loop pulls 2 batches ahead and calls mark_consumed per batch it trains on;
+    the saved position excludes the look-ahead, so the resume repeats nothing and skips nothing."""
+    reference = _take(_dm().train_dataloader(), n_epochs=2)
+    dm = _dm()
+    it = iter(dm.train_dataloader())
+    queue = [next(it), next(it)]  # look-ahead of 2
+    trained = []
+    for _ in range(4):
+        queue.append(next(it))
+        dm.mark_consumed()
+        trained.append(_key(queue.pop(0)))
+    assert dm.state_dict() == {"epoch": 0, "batch": 4}  # 6 handed out, 4 trained on
+    resumed = _dm()
+    resumed.load_state_dict(dm.state_dict())
+    rest = _take(resumed.train_dataloader(), n_epochs=2)
+    assert trained + rest == reference
+
+
 def test_validation_data_is_fixed_across_epochs():
     dm = _dm()
     loader = dm.val_dataloader()
     a, b = _take(loader, 1), _take(loader, 1)
     assert a == b and len(a) == 2
     assert torch.is_tensor(next(iter(loader)).labels)
+
+
+class _Recorder(pl.LightningModule):
+    """Tiny model that records the batches it trains on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(13, 1)
+        self.seen: list[tuple] = []
+        self.validated = 0
+
+    def validation_step(self, batch, batch_idx):
+        self.validated += 1
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append(_key(batch))
+        logits = self.linear(batch.dense_features).squeeze(1)
+        return torch.nn.functional.binary_cross_entropy_with_logits(logits, batch.labels)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class _SaveAt(pl.Callback):
+    def __init__(self, step: int, path) -> None:
+        self.step, self.path = step, path
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            trainer.save_checkpoint(self.path)
+
+
+def _trainer(max_steps: int, callbacks=()) -> pl.Trainer:
+    return pl.Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=1,
+        val_check_interval=3,
+        callbacks=list(callbacks),
+    )
+
+
+@pytest.mark.parametrize("save_steps", [[3], [7], [3, 5], [9, 13]])
+def test_lightning_checkpoint_resume_trains_on_the_uninterrupted_batches(tmp_path, save_steps):
+    """Real Lightning fits with a validation loop every 3 steps: checkpoint at each of
+    ``save_steps`` (mid-epoch, at an epoch end, twice in one epoch), resume from it, and compare
+    the batches trained on with an uninterrupted run (7 batches per epoch, 16 steps)."""
+    reference = _Recorder()
+    _trainer(16).fit(reference, datamodule=_dm())
+    assert len(reference.seen) == 16 and reference.validated > 0
+
+    seen: list[tuple] = []
+    ckpt = None
+    for i, step in enumerate(save_steps):
+        path = tmp_path / f"step{step}.ckpt"
+        run = _Recorder()
+        _trainer(16, [_SaveAt(step, path)]).fit(run, datamodule=_dm(), ckpt_path=ckpt)
+        previous = save_steps[i - 1] if i else 0
+        seen += run.seen[: step - previous]
+        saved = torch.load(path, weights_only=False)
+        position = {"epoch": (step - 1) // 7, "batch": (step - 1) % 7 + 1}
+        assert saved["RecDataModule"] == position
+        assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [position]
+        ckpt = path
+    resumed = _Recorder()
+    _trainer(16).fit(resumed, datamodule=_dm(), ckpt_path=ckpt)
+    assert seen + resumed.seen == reference.seen

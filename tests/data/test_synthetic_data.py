@@ -86,9 +86,9 @@ def test_epochs_reshuffle_the_batch_order_deterministically():
 
 def test_ranks_get_disjoint_blocks_that_match_a_single_rank_run():
     """Rank r of W owns global blocks r, r+W, ...: the 2-rank union equals a 1-rank run's blocks."""
-    single = _dm(shuffle=False, num_train_batches=6).train_data.source
-    r0 = _dm(rank=0, world_size=2, shuffle=False, num_train_batches=3).train_data.source
-    r1 = _dm(rank=1, world_size=2, shuffle=False, num_train_batches=3).train_data.source
+    single = _dm(shuffle=False, num_train_batches=6).train_source
+    r0 = _dm(rank=0, world_size=2, shuffle=False, num_train_batches=3).train_source
+    r1 = _dm(rank=1, world_size=2, shuffle=False, num_train_batches=3).train_source
     for k in range(3):
         assert _same(r0.batch(0, k), single.batch(0, 2 * k))
         assert _same(r1.batch(0, k), single.batch(0, 2 * k + 1))
@@ -111,7 +111,7 @@ def test_id_popularity_is_zipf_like():
 
 def test_mean_ctr_is_calibrated_and_the_hidden_logit_is_informative():
     dm = _dm(rows=[1000] * 26, multi_hot=None, batch_size=512, num_val_batches=8)
-    signal = dm.train_data.source.signal
+    signal = dm.train_source.signal
     val = list(dm.val_dataloader())
     labels = torch.cat([b.labels for b in val])
     logits = torch.cat([signal.logit(b) for b in val])
@@ -121,7 +121,7 @@ def test_mean_ctr_is_calibrated_and_the_hidden_logit_is_informative():
     assert torch.sigmoid(logits).mean().item() == pytest.approx(labels.mean().item(), abs=0.03)
     noise = _dm(rows=[1000] * 26, multi_hot=None, batch_size=512, signal_strength=0.0)
     noise_val = list(noise.val_dataloader())
-    noise_logits = torch.cat([noise.train_data.source.signal.logit(b) for b in noise_val])
+    noise_logits = torch.cat([noise.train_source.signal.logit(b) for b in noise_val])
     assert torch.allclose(noise_logits, noise_logits[0].expand_as(noise_logits))
 
 
