@@ -83,9 +83,7 @@ def run_matrix(
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "device": device,
         "seed": seed,
-        "platform": platform_summary()
-        if device != "cpu"
-        else {**platform_summary(), "backend": "cpu", "arch": "cpu"},
+        "platform": platform_summary(device),
         "results": results,
     }
 

@@ -278,15 +278,18 @@ class NumericsSession:
         return changed
 
 
-def platform_summary() -> dict[str, Any]:
-    """Backend/arch/versions for reports (precision matrix JSON, logs)."""
+def platform_summary(device: str = "cuda") -> dict[str, Any]:
+    """Backend/arch/versions for reports (precision matrix JSON, logs); ``device="cpu"`` describes
+    the CPU even on a GPU machine."""
     info = platform.device_info(0)
+    on_cpu = device == "cpu" or info.backend == "cpu"
     return {
-        "backend": info.backend,
-        "device": info.name,
-        "arch": info.arch or "cpu",
+        "backend": "cpu" if on_cpu else info.backend,
+        "device": "cpu" if on_cpu else info.name,
+        "arch": "cpu" if on_cpu else (info.arch or "unknown"),
         "torch": torch.__version__,
         "hip": getattr(torch.version, "hip", None),
         "cuda": torch.version.cuda,
         "triton": platform.package_version("triton"),
+        "gpu_present": info.backend != "cpu",
     }

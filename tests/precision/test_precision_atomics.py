@@ -162,3 +162,25 @@ def test_capability_table():
         capabilities_for("banana")
     if not torch.cuda.is_available():
         assert current_capabilities().arch == "cpu"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_triton_kernel_matches_fp64_and_native_atomics_lose_precision(dtype):
+    g = torch.Generator().manual_seed(4)
+    dest = torch.randn(1000, 130, generator=g).to(dtype)
+    index = torch.randint(0, 1000, (20_000,), generator=g)
+    source = torch.randn(20_000, 130, generator=g).to(dtype)
+    ref = dest.double().index_add_(0, index, source.double())
+    out = atomics.index_add(dest.cuda(), index.cuda(), source.cuda(), backend="triton")
+    _within_one_rounding(out.cpu(), ref)
+
+    n = 60_000
+    ones = torch.ones(n, dtype=dtype, device="cuda")
+    zero_idx = torch.zeros(n, dtype=torch.long, device="cuda")
+    fp32 = atomics.index_add(torch.zeros(1, dtype=dtype, device="cuda"), zero_idx, ones)
+    native = atomics.index_add(
+        torch.zeros(1, dtype=dtype, device="cuda"), zero_idx, ones, policy="native"
+    )
+    assert float(fp32) == float(torch.tensor(float(n)).to(dtype))
+    assert float(native) < 0.5 * n  # 16-bit atomics stall (bf16: 256, fp16: 2048)
