@@ -13,18 +13,20 @@ Pieces, used by :mod:`rocmtrain.comms.watchdog` (and testable on their own):
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import glob
 import json
 import os
 import pickle
+import signal
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rocmtrain.comms.heartbeat import Heartbeat
+from rocmtrain.comms.heartbeat import HOST, PID_NS, Heartbeat, pid_alive
 
 
 def run_with_timeout(fn: Callable[[], Any], timeout_s: float) -> tuple[bool, Any]:
@@ -123,6 +125,45 @@ def dump_flight_recorder(path: Path, *, timeout_s: float = 5.0) -> dict[str, Any
     except Exception as e:  # noqa: BLE001 - keep the raw file, say why there is no summary
         summary = {"summary_error": repr(e)}
     return {"file": str(path), "via": how, **summary}
+
+
+def collect_dumps(
+    kv: Any,
+    expected: list[int],
+    beats: dict[int, Heartbeat],
+    dumps: dict[int, dict[str, Any]],
+    *,
+    timeout_s: float,
+    signal_silent: bool,
+) -> dict[int, str]:
+    """Wait up to ``timeout_s`` for the ``ack/<rank>`` dumps of ``expected`` ranks (into ``dumps``);
+    half-way, send SIGUSR2 to silent same-host ranks (faulthandler prints their stacks to stderr).
+    Returns a note per rank that did not answer."""
+    notes: dict[int, str] = {}
+    start, signalled = time.monotonic(), False
+    while expected:
+        try:
+            for r, v in zip(expected, kv.multi_get([f"ack/{r}" for r in expected]), strict=True):
+                if v:
+                    dumps[r] = json.loads(v)
+        except Exception:  # noqa: BLE001 - channel gone: report what we have
+            break
+        expected = [r for r in expected if r not in dumps]
+        waited = time.monotonic() - start
+        if expected and signal_silent and not signalled and waited > timeout_s / 2:
+            signalled = True
+            for r in expected:
+                b = beats.get(r)
+                if b and b.host == HOST and b.pid_ns == PID_NS and pid_alive(b.pid):
+                    with contextlib.suppress(OSError):
+                        os.kill(b.pid, signal.SIGUSR2)
+                        notes[r] = "did not answer; sent SIGUSR2: its stacks are in its stderr"
+        if waited > timeout_s:
+            for r in expected:
+                notes.setdefault(r, f"did not answer within {timeout_s} s")
+            break
+        time.sleep(0.1)
+    return notes
 
 
 def classify(

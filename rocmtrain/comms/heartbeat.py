@@ -28,10 +28,13 @@ import os
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+import pytorch_lightning as pl
 import torch.distributed as dist
 
 #: phases after which a rank is legitimately silent (not hung)
@@ -243,3 +246,87 @@ class FileKV:
 
     def close(self) -> None:
         pass
+
+
+class WatchdogCallback(pl.Callback):
+    """Lightning hooks → heartbeats (one phase per hook); starts the watchdog in ``setup('fit')``.
+
+    ``start_watchdog(rank, world_size)`` returns a started :class:`rocmtrain.comms.watchdog.Watchdog`
+    (``build_callbacks`` passes it; kept as a callable so this module does not import the watchdog).
+    """
+
+    def __init__(self, start_watchdog: Callable[[int, int], Any]) -> None:
+        self._start = start_watchdog
+        self.watchdog: Any = None
+
+    def _beat(self, phase: str, step: int | None = None) -> None:
+        if self.watchdog is not None:
+            self.watchdog.beat(phase, step)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit" and self.watchdog is None:
+            self.watchdog = self._start(trainer.global_rank, trainer.world_size)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._beat("epoch_start", trainer.global_step)
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._beat("train_batch", trainer.global_step)
+
+    def on_before_backward(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any
+    ) -> None:
+        self._beat("backward")
+
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._beat("after_backward")
+
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any
+    ) -> None:
+        self._beat("optimizer_step")
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        if self.watchdog is not None:
+            self.watchdog.step_done(trainer.global_step)
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._beat("validation_start")
+
+    def on_validation_batch_start(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._beat("validation")
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._beat("validation_end")
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        self._beat("checkpoint")
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        if self.watchdog is not None:
+            self.watchdog.handle_exception(exception)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.watchdog is not None and stage == "fit":
+            self.watchdog.finish()
+            self.watchdog = None

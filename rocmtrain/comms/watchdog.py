@@ -54,7 +54,16 @@ import torch.distributed as dist
 
 from rocmtrain import exit_codes
 from rocmtrain.comms import hang_report as hr
-from rocmtrain.comms.heartbeat import HOST, PID_NS, FileKV, Heartbeat, Progress, StoreKV, pid_alive
+from rocmtrain.comms.heartbeat import (
+    HOST,
+    PID_NS,
+    FileKV,
+    Heartbeat,
+    Progress,
+    StoreKV,
+    WatchdogCallback,
+    pid_alive,
+)
 from rocmtrain.comms.hints import hint_for_exception
 from rocmtrain.config.rccl import RcclConfig
 from rocmtrain.config.watchdog import WatchdogConfig
@@ -98,6 +107,7 @@ class Watchdog:
         self._beats: dict[int, Heartbeat] = {}
         self._started = time.monotonic()
         self._kv_error_since: float | None = None
+        self._dead_since: dict[int, float] = {}
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> Watchdog:
@@ -182,6 +192,7 @@ class Watchdog:
         if not ((hint is not None and hint.kind in _COMM_HINTS) or isinstance(exc, dist.DistError)):
             self.finish(f"failed:{type(exc).__name__}")
             return
+        self._dead_peers(self._beats)  # right now, before peers start exiting because of it
         log.error("watchdog: rank %d: communication failure (%s); checking peers", self.rank, exc)
         deadline = time.monotonic() + max(2 * self.cfg.poll_interval_seconds, 2.0)
         while True:
@@ -234,6 +245,7 @@ class Watchdog:
                 now = time.monotonic()
                 if self._kv_error_since is None:
                     self._kv_error_since = now
+                    self._dead_peers(self._beats)
                     log.warning("watchdog: rank %d: heartbeat channel error: %s", self.rank, e)
                 grace = min(self.current_timeout(), max(30.0, 3 * self.cfg.poll_interval_seconds))
                 if now - self._kv_error_since > grace:
@@ -275,15 +287,23 @@ class Watchdog:
         return beats, stale_s, timeout
 
     def _dead_peers(self, beats: dict[int, Heartbeat]) -> set[int]:
-        return {
-            r
-            for r, b in beats.items()
-            if r != self.rank
-            and not b.terminal
-            and b.host == HOST
-            and b.pid_ns == PID_NS
-            and not pid_alive(b.pid)
-        }
+        """Same-host peers whose process is gone. When several are, only the first ones seen gone:
+        peers that exit *because of* the first death (they detected it too) are not culprits."""
+        now = time.monotonic()
+        for r, b in beats.items():
+            if (
+                r != self.rank
+                and r not in self._dead_since
+                and not b.terminal
+                and b.host == HOST
+                and b.pid_ns == PID_NS
+                and not pid_alive(b.pid)
+            ):
+                self._dead_since[r] = now
+        if not self._dead_since:
+            return set()
+        first = min(self._dead_since.values())
+        return {r for r, t in self._dead_since.items() if t == first}
 
     # -- the hang protocol --------------------------------------------------------------------
     def _declare(
@@ -311,66 +331,23 @@ class Watchdog:
             dumps = {self.rank: self._dump_local()}
             with contextlib.suppress(Exception):
                 self.kv.set(f"ack/{self.rank}", json.dumps(dumps[self.rank]))  # type: ignore[union-attr]
-            notes = self._collect(dumps, beats, dead)
-            report = hr.build_report(
-                decision=decision,
-                beats=beats,
-                stale_s=stale_s,
-                dumps=dumps,
-                notes=notes,
-                world_size=self.world_size,
-                declared_by=self.rank,
-                timeout_s=timeout,
-                attempt=self.attempt,
-                backend=self.backend,
-                fr_files=hr.find_fr_dump_files(self.rccl.flight_recorder_dump_prefix),
+            expected = [r for r in range(self.world_size) if r != self.rank and r not in dead]
+            expected = [r for r in expected if not (r in beats and beats[r].terminal)]
+            notes = hr.collect_dumps(
+                self.kv,
+                expected,
+                beats,
+                dumps,
+                timeout_s=self.cfg.collect_timeout_seconds,
+                signal_silent=self.cfg.dump_stacks,
             )
-            path = hr.write_report(report, attempt_dir=self.attempt_dir, run_dir=self.run_dir)
-            print(hr.render_text(report) + f"hang report: {path}", file=sys.__stderr__, flush=True)
+            notes.update({r: "process gone" for r in dead})
+            fr_files = hr.find_fr_dump_files(self.rccl.flight_recorder_dump_prefix)
+            path = self._report(decision, beats, stale_s, dumps, notes, timeout, fr_files)
             with contextlib.suppress(Exception):
                 self.kv.set("done", str(path))  # type: ignore[union-attr]
         finally:
             self._exit(code)
-
-    def _collect(
-        self, dumps: dict[int, dict[str, Any]], beats: dict[int, Heartbeat], dead: set[int]
-    ) -> dict[int, str]:
-        """Wait for the other ranks' dumps; SIGUSR2 the silent same-host ones half-way."""
-        expected = [r for r in range(self.world_size) if r != self.rank and r not in dead]
-        expected = [r for r in expected if not (r in beats and beats[r].terminal)]
-        notes: dict[int, str] = {r: "process gone" for r in dead}
-        start, signalled = time.monotonic(), False
-        while expected:
-            with contextlib.suppress(Exception):
-                for r, v in zip(
-                    expected, self.kv.multi_get([f"ack/{r}" for r in expected]), strict=True
-                ):  # type: ignore[union-attr]
-                    if v:
-                        dumps[r] = json.loads(v)
-            expected = [r for r in expected if r not in dumps]
-            waited = time.monotonic() - start
-            if expected and not signalled and waited > self.cfg.collect_timeout_seconds / 2:
-                signalled = True
-                for r in expected:
-                    b = beats.get(r)
-                    if (
-                        b
-                        and b.host == HOST
-                        and b.pid_ns == PID_NS
-                        and pid_alive(b.pid)
-                        and self.cfg.dump_stacks
-                    ):
-                        with contextlib.suppress(OSError):
-                            os.kill(b.pid, signal.SIGUSR2)
-                            notes[r] = "did not answer; sent SIGUSR2: its stacks are in its stderr"
-            if waited > self.cfg.collect_timeout_seconds:
-                for r in expected:
-                    notes.setdefault(
-                        r, f"did not answer within {self.cfg.collect_timeout_seconds} s"
-                    )
-                break
-            time.sleep(0.1)
-        return notes
 
     def _respond(self, declared: dict[str, Any]) -> None:
         """Another rank declared the hang: dump, acknowledge, wait for the report, exit."""
@@ -382,9 +359,8 @@ class Watchdog:
             with contextlib.suppress(Exception):
                 self.kv.set(f"ack/{self.rank}", json.dumps(info))  # type: ignore[union-attr]
             deadline = time.monotonic() + self.cfg.collect_timeout_seconds + 10
-            while (
-                time.monotonic() < deadline
-            ):  # rank 0 hosts the store: stay until the report exists
+            # rank 0 hosts the store: stay until the declaring rank has written the report
+            while time.monotonic() < deadline:
                 try:
                     if self.kv.get("done"):  # type: ignore[union-attr]
                         break
@@ -416,26 +392,43 @@ class Watchdog:
             code = self._code_for(decision["cause"])
             now = time.monotonic()
             stale_s = {r: now - t for r, (_, t) in self._seen.items()}
-            report = hr.build_report(
-                decision=decision,
-                beats=beats,
-                stale_s=stale_s,
-                dumps={self.rank: self._dump_local()},
-                notes={},
-                world_size=self.world_size,
-                declared_by=self.rank,
-                timeout_s=self.current_timeout(),
-                attempt=self.attempt,
-                backend=self.backend,
-                fr_files=[],
+            dumps = {self.rank: self._dump_local()}
+            timeout = self.current_timeout()
+            self._report(
+                decision, beats, stale_s, dumps, {}, timeout, [], f"hang_report_rank{self.rank}"
             )
-            name = f"hang_report_rank{self.rank}"
-            path = hr.write_report(
-                report, attempt_dir=self.attempt_dir, run_dir=self.run_dir, name=name
-            )
-            print(hr.render_text(report) + f"hang report: {path}", file=sys.__stderr__, flush=True)
         finally:
             self._exit(code)
+
+    def _report(
+        self,
+        decision: dict[str, Any],
+        beats: dict[int, Heartbeat],
+        stale_s: dict[int, float],
+        dumps: dict[int, dict[str, Any]],
+        notes: dict[int, str],
+        timeout: float,
+        fr_files: list[str],
+        name: str = "hang_report",
+    ) -> Path:
+        report = hr.build_report(
+            decision=decision,
+            beats=beats,
+            stale_s=stale_s,
+            dumps=dumps,
+            notes=notes,
+            world_size=self.world_size,
+            declared_by=self.rank,
+            timeout_s=timeout,
+            attempt=self.attempt,
+            backend=self.backend,
+            fr_files=fr_files,
+        )
+        path = hr.write_report(
+            report, attempt_dir=self.attempt_dir, run_dir=self.run_dir, name=name
+        )
+        print(hr.render_text(report) + f"hang report: {path}", file=sys.__stderr__, flush=True)
+        return path
 
     def _dump_local(self) -> dict[str, Any]:
         info: dict[str, Any] = {}
@@ -462,95 +455,9 @@ class Watchdog:
             sys.stderr.flush()
         if (
             self.backend == "nccl"
-        ):  # abort the communicators; bounded, a wedged GPU must not stop us
+        ):  # abort the communicators, bounded: a wedged GPU must not stop us
             hr.run_with_timeout(lambda: dist.distributed_c10d._abort_process_group(), 5.0)
         os._exit(code)
-
-
-class WatchdogCallback(pl.Callback):
-    """Lightning hooks → heartbeats. Starts the :class:`Watchdog` in ``setup('fit')``."""
-
-    def __init__(self, cfg: WatchdogConfig, rccl_cfg: RcclConfig | None, run_dir: Path) -> None:
-        self._cfg, self._rccl, self._run_dir = cfg, rccl_cfg, Path(run_dir)
-        self.watchdog: Watchdog | None = None
-
-    def _beat(self, phase: str, step: int | None = None) -> None:
-        if self.watchdog is not None:
-            self.watchdog.beat(phase, step)
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage == "fit" and self.watchdog is None:
-            self.watchdog = Watchdog(
-                self._cfg,
-                run_dir=self._run_dir,
-                rccl_cfg=self._rccl,
-                rank=trainer.global_rank,
-                world_size=trainer.world_size,
-            ).start()
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._beat("epoch_start", trainer.global_step)
-
-    def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        self._beat("train_batch", trainer.global_step)
-
-    def on_before_backward(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any
-    ) -> None:
-        self._beat("backward")
-
-    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._beat("after_backward")
-
-    def on_before_optimizer_step(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any
-    ) -> None:
-        self._beat("optimizer_step")
-
-    def on_train_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
-        if self.watchdog is not None:
-            self.watchdog.step_done(trainer.global_step)
-
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._beat("validation_start")
-
-    def on_validation_batch_start(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._beat("validation")
-
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._beat("validation_end")
-
-    def on_save_checkpoint(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        self._beat("checkpoint")
-
-    def on_exception(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
-    ) -> None:
-        if self.watchdog is not None:
-            self.watchdog.handle_exception(exception)
-
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self.watchdog is not None and stage == "fit":
-            self.watchdog.finish()
-            self.watchdog = None
 
 
 def build_callbacks(
@@ -573,7 +480,13 @@ def build_callbacks(
     if cfg.error_hints:
         callbacks.append(ErrorHintCallback(run_dir))
     if cfg.enabled:
-        callbacks.append(WatchdogCallback(cfg, rccl, run_dir))
+
+        def start(rank: int, world_size: int) -> Watchdog:
+            return Watchdog(
+                cfg, run_dir=run_dir, rccl_cfg=rccl, rank=rank, world_size=world_size
+            ).start()
+
+        callbacks.append(WatchdogCallback(start))
     if cfg.two_phase_timeouts:
         callbacks.append(TwoPhaseTimeoutCallback(rccl))
     if cfg.preemption:
