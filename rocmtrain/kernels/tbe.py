@@ -119,7 +119,8 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.weights = nn.Parameter(w.to(weights_dtype), requires_grad=False)
         for name in optimizer.state_names:
             numel = sum(
-                state_numel(optimizer, r, d) for r, d in zip(lay.table_rows, lay.table_dims)
+                state_numel(optimizer, r, d)
+                for r, d in zip(lay.table_rows, lay.table_dims, strict=True)
             )
             self.register_buffer(name, torch.zeros(numel, dtype=torch.float32, device=device))
 
@@ -180,7 +181,7 @@ class TableBatchedEmbeddingBags(nn.Module):
     def extra_repr(self) -> str:
         lay = self.layout
         return (
-            f"tables={list(zip(lay.table_rows, lay.table_dims))}, features={lay.num_features}, "
+            f"tables={list(zip(lay.table_rows, lay.table_dims, strict=True))}, features={lay.num_features}, "
             f"optimizer={self.optimizer.kind}, weights_dtype={self.weights.dtype}, "
             f"pooling={self.pooling}, backend={self.backend_name}"
         )

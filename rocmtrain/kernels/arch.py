@@ -1,0 +1,179 @@
+"""Per-architecture launch parameters for the TBE kernels, keyed by gfx arch / compute capability.
+
+Triton's ``num_warps`` counts hardware warps: 32 lanes on NVIDIA and RDNA, 64-lane wavefronts on
+CDNA (gfx90a MI200, gfx942 MI300). The table therefore fixes *lanes per program* and derives
+``num_warps = lanes // warp_size``; a 128-lane program is 4 warps on an H200 and 2 wavefronts on an
+MI300X. ``waves_per_eu`` (an occupancy hint of Triton's AMD backend) is passed on AMD only.
+
+Forward tile per program: ``[BAGS, BLOCK_L, BLOCK_D]`` (bags x positions x columns), accumulated in
+fp32 registers across the bag's length and reduced over ``BLOCK_L`` once at the end. The table
+targets ~16-32 bytes of gathered weights per lane per loop step (several 16-byte loads in flight)
+and enough bags per program for short bags (L=1).
+
+Usage::
+
+    cfg = forward_config(device_info(0), max_dim=128, avg_len=32.0, elem_bytes=4)
+    cfg.launch_kwargs()      # {"num_warps": 4, "num_stages": 2} (+ waves_per_eu on AMD)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rocmtrain.platform import DeviceInfo, normalize_gfx_arch, warp_size_for_arch
+
+
+@dataclass(frozen=True)
+class ArchParams:
+    """Launch-parameter policy for one architecture."""
+
+    lanes: int
+    """Lanes per forward program (num_warps = lanes // warp_size)."""
+    bytes_per_lane: int
+    """Target bytes of weights gathered per lane per forward loop step."""
+    bwd_lanes: int
+    """Lanes per backward (segment-reduce + update) program."""
+    waves_per_eu: int = 0
+    """AMD occupancy hint (waves per SIMD); 0 = leave to the compiler. Ignored off AMD."""
+    num_stages: int = 2
+    """Software-pipelining depth of the loops."""
+    hot_chunk: int = 256
+    """Backward: a row's occurrences are split into chunks of at most this many positions, one
+    program each; chunks of a hot row are combined from fp32 partials (no serialisation)."""
+    max_bags: int = 16
+    """Forward: most bags per program (short bags get several per program)."""
+
+
+# Rationale (KERNELS.md has more): NVIDIA Hopper/Ampere reach full HBM bandwidth with 4-warp
+# programs and many resident CTAs; CDNA wavefronts are 64 wide, so 128 lanes = 2 waves and
+# waves_per_eu=2 keeps register use low enough for 8+ waves per CU on gfx942 / gfx90a.
+ARCH_TABLE: dict[str, ArchParams] = {
+    "sm_90": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=64),
+    "sm_80": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=64),
+    "gfx942": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=64, waves_per_eu=2),
+    "gfx950": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=64, waves_per_eu=2),
+    "gfx90a": ArchParams(lanes=128, bytes_per_lane=16, bwd_lanes=64, waves_per_eu=2),
+    "rdna": ArchParams(lanes=64, bytes_per_lane=16, bwd_lanes=64),
+    "nvidia": ArchParams(lanes=128, bytes_per_lane=16, bwd_lanes=64),
+    # TRITON_INTERPRET=1 on CPU: numpy runs a whole tile at once and each program costs ~50 ms of
+    # Python, so the interpreter gets few, large programs (small hot chunks to exercise splitting).
+    "cpu": ArchParams(lanes=32, bytes_per_lane=2048, bwd_lanes=32, hot_chunk=64, max_bags=256),
+}
+
+
+def arch_key(info: DeviceInfo) -> str:
+    """Table key for a device: ``sm_90``/``gfx942`` when listed, else a family default."""
+    if info.backend == "cpu":
+        return "cpu"
+    if info.backend == "rocm":
+        arch = normalize_gfx_arch(info.arch) or ""
+        if arch in ARCH_TABLE:
+            return arch
+        return "rdna" if warp_size_for_arch(arch) == 32 else "gfx90a"
+    if info.arch in ARCH_TABLE:
+        return info.arch
+    return "sm_80" if info.arch and info.arch >= "sm_80" else "nvidia"
+
+
+def _pow2_floor(x: float) -> int:
+    p = 1
+    while p * 2 <= x:
+        p *= 2
+    return p
+
+
+def _pow2_ceil(x: int) -> int:
+    p = 1
+    while p < x:
+        p *= 2
+    return p
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One kernel launch's tile sizes and options."""
+
+    bags: int
+    block_l: int
+    block_d: int
+    num_warps: int
+    num_stages: int
+    waves_per_eu: int
+    is_amd: bool
+
+    def launch_kwargs(self) -> dict[str, int]:
+        kw = {"num_warps": self.num_warps, "num_stages": self.num_stages}
+        if self.is_amd and self.waves_per_eu:
+            kw["waves_per_eu"] = self.waves_per_eu
+        return kw
+
+
+def forward_config(
+    info: DeviceInfo, *, max_dim: int, avg_len: float, elem_bytes: int, block_l: int | None = None,
+    bags: int | None = None, lanes: int | None = None,
+) -> LaunchConfig:  # fmt: skip
+    """Forward tile for bags of average length ``avg_len`` over dims up to ``max_dim``.
+
+    ``block_l``/``bags``/``lanes`` override the table (the autotuner's candidates).
+    """
+    p = ARCH_TABLE[arch_key(info)]
+    lanes = lanes or p.lanes
+    block_d = min(_pow2_ceil(max_dim), 512 if elem_bytes <= 2 else 256)
+    tile = max(lanes * p.bytes_per_lane // elem_bytes, block_d)  # elements per loop step
+    if block_l is None:
+        block_l = max(1, min(_pow2_floor(max(avg_len, 1.0)), tile // block_d, 16))
+    if bags is None:
+        bags = max(1, min(tile // (block_l * block_d), p.max_bags))
+    ws = max(info.warp_size, 1)
+    return LaunchConfig(
+        bags=bags,
+        block_l=block_l,
+        block_d=block_d,
+        num_warps=max(1, lanes // ws),
+        num_stages=p.num_stages,
+        waves_per_eu=p.waves_per_eu,
+        is_amd=info.backend == "rocm",
+    )
+
+
+def forward_candidates(info: DeviceInfo, *, max_dim: int, avg_len: float, elem_bytes: int):
+    """A few forward configs around the table's choice, for the autotuner (first = table)."""
+    base = forward_config(info, max_dim=max_dim, avg_len=avg_len, elem_bytes=elem_bytes)
+    out = [base]
+    for lanes_mul, bl_mul in ((2, 1), (1, 2), (2, 2), (1, 0.5)):
+        bl = max(1, int(base.block_l * bl_mul))
+        cfg = forward_config(
+            info, max_dim=max_dim, avg_len=avg_len, elem_bytes=elem_bytes, block_l=bl,
+            lanes=ARCH_TABLE[arch_key(info)].lanes * lanes_mul,
+        )  # fmt: skip
+        if cfg not in out:
+            out.append(cfg)
+    return out
+
+
+def backward_config(
+    info: DeviceInfo, *, max_dim: int, avg_segment: float
+) -> tuple[LaunchConfig, int]:
+    """Backward (segment reduce + fused update) tile and the hot-row chunk length.
+
+    Tile ``[bags (= rows/chunks per program), block_l (positions per step), block_d]``. The whole
+    row is in one program (rowwise Adagrad needs the row's sum of squares), so
+    ``block_d = next_pow2(max_dim)``; ``block_l`` follows the mean occurrences per chunk.
+    """
+    p = ARCH_TABLE[arch_key(info)]
+    block_d = _pow2_ceil(max_dim)
+    block_l = max(1, min(_pow2_ceil(round(max(avg_segment, 1.0))), 16))
+    lanes = p.bwd_lanes
+    tile = max(lanes * p.bytes_per_lane // 4, block_d)  # fp32 gradient elements per step
+    rows = max(1, min(tile // (block_l * block_d), p.max_bags))
+    ws = max(info.warp_size, 1)
+    cfg = LaunchConfig(
+        bags=rows,
+        block_l=block_l,
+        block_d=block_d,
+        num_warps=max(1, lanes // ws),
+        num_stages=p.num_stages,
+        waves_per_eu=p.waves_per_eu,
+        is_amd=info.backend == "rocm",
+    )
+    return cfg, p.hot_chunk

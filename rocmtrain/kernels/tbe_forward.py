@@ -1,0 +1,180 @@
+"""Triton forward of table-batched embedding bags: pooled SUM/MEAN with fp32 accumulation.
+
+One program per (bag block, feature, D tile). Each program gathers a ``[BAGS, BLOCK_L, BLOCK_D]``
+tile of weight rows per loop step (int32/int64 indices, out-of-range rows masked to zero — the
+bounds check runs before, in :func:`rocmtrain.kernels.reference.check_inputs`), scales by the
+per-sample weights, accumulates in fp32 and reduces over ``BLOCK_L`` once after the loop.
+
+Usage::
+
+    out = forward(layout, weights, indices, offsets, None, pooling="sum",
+                  output_dtype=torch.float32)       # [B, sum_f D_f]
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from rocmtrain.platform import DeviceInfo, device_info
+
+from .arch import LaunchConfig, forward_candidates, forward_config
+from .layout import TBELayout
+
+
+@triton.jit
+def _tbe_fwd_kernel(
+    weights_ptr,
+    indices_ptr,
+    offsets_ptr,
+    psw_ptr,
+    out_ptr,
+    f_woff_ptr,
+    f_rows_ptr,
+    f_dim_ptr,
+    f_doff_ptr,
+    B,
+    out_stride,
+    HAS_PSW: tl.constexpr,
+    MEAN: tl.constexpr,
+    VEC: tl.constexpr,
+    BAGS: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    pid_b = tl.program_id(0)
+    f = tl.program_id(1)
+    pid_d = tl.program_id(2)
+    D = tl.load(f_dim_ptr + f)
+    woff = tl.load(f_woff_ptr + f)
+    rows = tl.load(f_rows_ptr + f)
+    doff = tl.load(f_doff_ptr + f)
+
+    bags = pid_b * BAGS + tl.arange(0, BAGS)
+    bag_mask = bags < B
+    gbag = f.to(tl.int64) * B + bags
+    start = tl.load(offsets_ptr + gbag, mask=bag_mask, other=0).to(tl.int64)
+    end = tl.load(offsets_ptr + gbag + 1, mask=bag_mask, other=0).to(tl.int64)
+    length = end - start
+    max_len = tl.max(length, axis=0)
+
+    ls = tl.arange(0, BLOCK_L)
+    ds = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    dmask = ds < D
+    acc = tl.zeros([BAGS, BLOCK_L, BLOCK_D], dtype=tl.float32)
+    for l0 in range(0, max_len, BLOCK_L):
+        pos = start[:, None] + l0 + ls[None, :]  # [BAGS, BLOCK_L]
+        pmask = (l0 + ls[None, :]) < length[:, None]
+        idx = tl.load(indices_ptr + pos, mask=pmask, other=0).to(tl.int64)
+        valid = pmask & (idx >= 0) & (idx < rows)
+        row = tl.multiple_of(woff + idx * D, [VEC, VEC])
+        w = tl.load(
+            weights_ptr + row[:, :, None] + ds[None, None, :],
+            mask=valid[:, :, None] & dmask[None, None, :],
+            other=0.0,
+        ).to(tl.float32)
+        if HAS_PSW:
+            s = tl.load(psw_ptr + pos, mask=pmask, other=0.0).to(tl.float32)
+            w = w * s[:, :, None]
+        acc += w
+    res = tl.sum(acc, axis=1)
+    if MEAN:
+        res = res / tl.maximum(length, 1).to(tl.float32)[:, None]
+    out_ptrs = out_ptr + bags[:, None].to(tl.int64) * out_stride + doff + ds[None, :]
+    tl.store(out_ptrs, res.to(out_ptr.dtype.element_ty), mask=bag_mask[:, None] & dmask[None, :])
+
+
+def _vec(layout: TBELayout) -> int:
+    """Largest power of two (<= 16) dividing every table's dim and offset: row-start alignment."""
+    g = 0
+    for v in (*layout.table_dims, *layout.weights_offsets):
+        g = math.gcd(g, v)
+    return max(1, min(16, g & -g))
+
+
+@functools.cache
+def _device_info(index: int | None) -> DeviceInfo:
+    return device_info(index or 0)
+
+
+def _launch(cfg: LaunchConfig, layout, weights, indices, offsets, psw, out, pooling, B):
+    meta = layout.meta(weights.device)
+    grid = (triton.cdiv(B, cfg.bags), layout.num_features, triton.cdiv(layout.max_dim, cfg.block_d))
+    _tbe_fwd_kernel[grid](
+        weights, indices, offsets, psw if psw is not None else weights, out,
+        meta.weights_offset, meta.rows, meta.dim, meta.d_offsets,
+        B, out.stride(0),
+        HAS_PSW=psw is not None, MEAN=pooling == "mean", VEC=_vec(layout),
+        BAGS=cfg.bags, BLOCK_L=cfg.block_l, BLOCK_D=cfg.block_d,
+        **cfg.launch_kwargs(),
+    )  # fmt: skip
+
+
+# (arch key, max_dim, L bucket, dtype, pooling, psw) -> chosen LaunchConfig
+_TUNED: dict[tuple, LaunchConfig] = {}
+
+
+def _autotune_enabled(device: torch.device) -> bool:
+    return device.type == "cuda" and os.environ.get("ROCMTRAIN_TBE_AUTOTUNE", "1") != "0"
+
+
+def forward(
+    layout: TBELayout,
+    weights: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    per_sample_weights: torch.Tensor | None,
+    *,
+    pooling: str,
+    output_dtype: torch.dtype,
+) -> torch.Tensor:
+    """Pooled lookup ``[B, sum_f D_f]`` in ``output_dtype`` (fp32 accumulation).
+
+    On a GPU the first call per (shape class, dtype) times the table's config against a few
+    neighbours with ``triton.testing.do_bench`` and keeps the fastest (set
+    ``ROCMTRAIN_TBE_AUTOTUNE=0`` to use the table's choice only).
+    """
+    B = layout.batch_size(offsets)
+    out = torch.empty(B, layout.total_dim, dtype=output_dtype, device=weights.device)
+    if B == 0:
+        return out
+    info = _device_info(weights.device.index)
+    avg_len = indices.numel() / max(1, B * layout.num_features)
+    elem = weights.element_size()
+    psw = per_sample_weights.contiguous() if per_sample_weights is not None else None
+    kw = dict(max_dim=layout.max_dim, avg_len=avg_len, elem_bytes=elem)
+    if not _autotune_enabled(weights.device):
+        cfg = forward_config(info, **kw)
+    else:
+        key = (info.arch, layout.max_dim, _pow2_bucket(avg_len), weights.dtype, pooling,
+               psw is not None, output_dtype)  # fmt: skip
+        cfg = _TUNED.get(key)
+        if cfg is None:
+            cfg = _tune(forward_candidates(info, **kw), layout, weights, indices, offsets, psw,
+                        out, pooling, B)  # fmt: skip
+            _TUNED[key] = cfg
+    _launch(cfg, layout, weights, indices, offsets, psw, out, pooling, B)
+    return out
+
+
+def _pow2_bucket(x: float) -> int:
+    return 1 << max(0, round(math.log2(max(x, 1.0))))
+
+
+def _tune(cands, layout, weights, indices, offsets, psw, out, pooling, B) -> LaunchConfig:
+    best, best_ms = cands[0], float("inf")
+    for cfg in cands:
+        ms = triton.testing.do_bench(
+            lambda cfg=cfg: _launch(cfg, layout, weights, indices, offsets, psw, out, pooling, B),
+            warmup=5,
+            rep=20,
+            return_mode="median",
+        )
+        if ms < best_ms:
+            best, best_ms = cfg, ms
+    return best
