@@ -203,6 +203,12 @@ def _requeue_block(spec: JobSpec) -> list[str]:
         ]
     return [
         f'if [ "$rc" = {rq} ] || [ -e "$REQUEUE_FLAG" ]; then',
+        '  if [ "$ending" = 1 ]; then',
+        '    echo "rocmtrain: ranks checkpointed, but the job was cancelled, timed out or preempted'
+        " (SIGTERM): not requeued here (Slurm requeues preempted jobs itself); resubmit with"
+        ' run_dir=$RUN_DIR to resume"',
+        f"    exit {rq}",
+        "  fi",
         '  restarts="${SLURM_RESTART_COUNT:-0}"',
         f'  if [ "$restarts" -ge {int(spec.max_restarts)} ]; then',
         f'    echo "rocmtrain: a rank asked for a requeue (exit {rq}) but the job already restarted'
@@ -245,14 +251,15 @@ def render(spec: JobSpec) -> JobScript:
         ' $SLURM_JOB_NODELIST, run_dir $RUN_DIR"',
         "",
         "# --- before the time limit Slurm signals this shell (--signal=B:...): forward it to the",
-        f"# ranks, which checkpoint and exit {exit_codes.REQUEUE}. SIGTERM (scancel, preemption) "
-        "reaches the ranks directly.",
-        "signalled=0",
+        f"# ranks, which checkpoint and exit {exit_codes.REQUEUE}. SIGTERM (scancel, time limit,"
+        " preemption) reaches the ranks directly and means: do not requeue from here.",
+        "signalled=0 ending=0",
         'forward() { signalled=1; echo "rocmtrain: batch shell got SIG$1, forwarding it to the'
         ' ranks"; [ -n "${srun_pid:-}" ] && kill -s "$1" "$srun_pid" 2>/dev/null; }',
         "trap 'forward USR1' USR1",
         "trap 'forward USR2' USR2",
-        "trap 'signalled=1; echo \"rocmtrain: batch shell got SIGTERM\"' TERM",
+        "trap 'signalled=1; ending=1; echo \"rocmtrain: batch shell got SIGTERM: Slurm is ending"
+        " the job\"' TERM",
         "",
         "# --- one rank per task; rank/world size/master address come from Slurm's variables",
         "#     (Lightning's SLURMEnvironment)",
