@@ -111,7 +111,14 @@ def _amdsmi_dynamic(amdsmi, h, rec: DeviceRecord) -> None:
     rec.vram_used_bytes = int(vram["vram_used"]) * 1024**2
     rec.util_pct = first_float(amdsmi.amdsmi_get_gpu_activity(h).get("gfx_activity"))
     power = amdsmi.amdsmi_get_power_info(h)
-    rec.power_w = first_float(power.get("socket_power", power.get("average_socket_power")))
+    for key in (
+        "current_socket_power",
+        "socket_power",
+        "average_socket_power",
+    ):  # by amdsmi version
+        if first_float(power.get(key)) is not None:
+            rec.power_w = first_float(power.get(key))
+            break
     rec.temp_c = first_float(
         amdsmi.amdsmi_get_temp_metric(
             h, amdsmi.AmdSmiTemperatureType.HOTSPOT, amdsmi.AmdSmiTemperatureMetric.CURRENT
