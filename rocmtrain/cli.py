@@ -86,7 +86,10 @@ def hydra_main(argv: list[str]) -> int:
 
     @hydra.main(version_base="1.3", config_path=str(configs_dir()), config_name=PRIMARY_CONFIG)
     def _entry(cfg: Any) -> None:
-        result["code"] = run(cfg)
+        try:
+            result["code"] = run(cfg)
+        except SystemExit as exc:  # e.g. preemption/hang handlers exit 75 (REQUEUE): keep the code
+            result["code"] = exc.code if isinstance(exc.code, int) else exit_codes.FAILURE
 
     saved = sys.argv
     sys.argv = [saved[0] if saved else "rocmtrain", *argv]  # Lightning re-runs sys.argv per rank

@@ -33,8 +33,6 @@ from rocmtrain.launch.script import JobSpec, RunDirArg, render
 #: trainer keys the job sets from the allocation (Lightning checks them against SLURM_* vars)
 _SHAPE_KEYS = ("trainer.num_nodes", "trainer.devices")
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
-#: the run_dir rocmtrain.cli pins for local runs (runs/<recipe>/<timestamp>): not the user's choice
-_PINNED_RUN_DIR = re.compile(r"^run_dir=runs/[^/]+/\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d$")
 
 
 class SubmitError(RuntimeError):
@@ -126,7 +124,6 @@ def build_spec(
     base = Path(c.chdir or workdir or os.getcwd()).resolve()
     name = c.job_name or f"rocmtrain-{cfg.recipe}"
     run_root = (base / c.run_root).resolve()
-    overrides = [o for o in overrides if not _PINNED_RUN_DIR.match(o)]
     explicit = [o for o in overrides if _key(o) == "run_dir"]
     if explicit:
         # the user's run_dir (stable by construction); Hydra resolves it the same way in the job

@@ -112,12 +112,6 @@ def test_cpu_run_requests_no_gpus_and_honours_explicit_run_dir(tmp_path: Path) -
     ]
 
 
-def test_cli_pinned_run_dir_is_replaced_by_the_per_job_one(tmp_path: Path) -> None:
-    # rocmtrain.cli pins run_dir=runs/<recipe>/<timestamp> for local runs; a job uses its id
-    spec = build_spec(_cfg(), ["run_dir=runs/dlrm_cpu/2026-11-30_08-42-57"], workdir=tmp_path)
-    assert not spec.run_dir_fixed and spec.run_dir_prefix.endswith("runs/rocmtrain-dlrm_cpu")
-
-
 def test_hostile_values_are_quoted_for_bash(tmp_path: Path) -> None:
     name = "j$(touch CANARY0) `touch CANARY5`;'\"\\#x"
     cfg = _cfg(job_name=name, env={"MY_VAR": "$(touch CANARY6);`x`'\""}, srun_args=["--label"])
