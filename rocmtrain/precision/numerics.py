@@ -62,6 +62,7 @@ class NumericsSession:
         self._run_dir = Path(run_dir) if run_dir else None
         self._caps = caps
         self._before: dict[str, Any] | None = None
+        self._keep: tuple[str, ...] = ()
         self.report: list[str] = []
 
     @property
@@ -215,6 +216,9 @@ class NumericsSession:
             tunable.set_filename(str(filename), True)
             tunable.tuning_enable(tcfg.tuning)
             tunable.enable(True)
+            if tcfg.tuning:
+                # PyTorch writes new tunings while TunableOp+tuning are on at process exit: keep them
+                self._keep = ("tunableop.enabled", "tunableop.tuning", "tunableop.filename")
         if tcfg.tuning:
             self._line(f"TunableOp: tuning new GEMMs, results written at exit to {filename}")
         elif existing:
@@ -269,10 +273,18 @@ class NumericsSession:
             return []
         before, self._before = self._before, None
         now = state.snapshot()
-        changed = state.restore(before)
+        changed = state.restore(before, keep=self._keep)
         for key in changed:
             log.info("precision: restored %s: %s -> %s", key, now.get(key), before.get(key))
-        left = state.diff(before, state.snapshot())
+        if self._keep:
+            log.info(
+                "precision: TunableOp tuning stays on (torch.cuda.tunable) until the process exits so "
+                "PyTorch can write %s; the PYTORCH_TUNABLEOP_* env vars were restored",
+                now.get("tunableop.filename"),
+            )
+        left = {
+            k: v for k, v in state.diff(before, state.snapshot()).items() if k not in self._keep
+        }
         if left:
             log.warning("precision: could not restore %s", left)
         return changed

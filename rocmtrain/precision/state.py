@@ -129,16 +129,18 @@ def _setters() -> list[tuple[str, Callable[[Any], None]]]:
     return setters
 
 
-def restore(snap: dict[str, Any], *, source: str = "rocmtrain.precision") -> list[str]:
-    """Set everything in ``snap`` back; returns the keys whose value had changed."""
+def restore(
+    snap: dict[str, Any], *, source: str = "rocmtrain.precision", keep: tuple[str, ...] = ()
+) -> list[str]:
+    """Set everything in ``snap`` back except the keys in ``keep``; returns the keys restored."""
     current = snapshot()
-    changed = [k for k, v in snap.items() if current.get(k) != v]
+    changed = [k for k, v in snap.items() if current.get(k) != v and k not in keep]
     if not changed:
         return []
     for key, setter in _setters():
-        if key in snap and snap[key] is not None and snapshot().get(key) != snap[key]:
+        if key in changed and snap[key] is not None and snapshot().get(key) != snap[key]:
             setter(snap[key])
-    env = {k[4:]: v for k, v in snap.items() if k.startswith("env.") and current.get(k) != v}
+    env = {k[4:]: v for k, v in snap.items() if k.startswith("env.") and k in changed}
     if env:
         apply_env(env, force=True, source=f"{source} (restore)")
     return changed

@@ -246,3 +246,14 @@ def test_xf32_opt_in_on_gfx942_warns_and_is_undone(tmp_path):
     assert "tuning=true to create it" in "\n".join(session.apply())
     session.restore()
     assert state.snapshot() == before
+
+
+def test_restore_keep_leaves_named_settings(monkeypatch):
+    before = state.snapshot()
+    monkeypatch.setenv("PYTORCH_TUNABLEOP_VERBOSE", "1")
+    torch.backends.cudnn.allow_tf32 = not before["cudnn.allow_tf32"]
+    restored = state.restore(before, keep=("env.PYTORCH_TUNABLEOP_VERBOSE",))
+    assert "cudnn.allow_tf32" in restored and not any(k.startswith("env.") for k in restored)
+    assert state.snapshot()["env.PYTORCH_TUNABLEOP_VERBOSE"] == "1"
+    assert state.restore(before) == ["env.PYTORCH_TUNABLEOP_VERBOSE"]
+    assert state.snapshot() == before
