@@ -2,12 +2,13 @@
 # Build NVIDIA nccl-tests (rccl-tests is its fork and prints the same format) on an NVIDIA GPU machine,
 # against the NCCL that PyTorch ships (pip package nvidia-nccl-cu13: site-packages/nvidia/nccl/{include,lib}).
 #
-#   bash scripts/rccl/build_nccl_tests.sh            # -> .nccl-tests-src/build/*_perf + build/env.sh
-#   . .nccl-tests-src/build/env.sh                   # LD_LIBRARY_PATH for PyTorch's libnccl.so.2
-#   python3 -m rocmtrain rccl-tests run all_reduce --tests-dir .nccl-tests-src/build --ngpus 2
+#   bash scripts/rccl/build_nccl_tests.sh            # -> .nccl-tests-src/build/*_perf + .nccl-tests-src/env.sh
+#   . .nccl-tests-src/env.sh                         # LD_LIBRARY_PATH (PyTorch's libnccl.so.2), RCCL_TESTS_DIR
+#   python3 -m rocmtrain rccl-tests run all_reduce --tests-dir "$RCCL_TESTS_DIR" --ngpus 2
 #
-# Source: NVIDIA/nccl-tests exported (git archive, never committed) into .nccl-tests-src/ (listed in
-# .git/info/exclude; pass it in the device tool's `carry`). Variables read by nccl-tests' Makefiles
+# Source: NVIDIA/nccl-tests exported (git archive, never committed) into .nccl-tests-src/ (HEAD) and
+# .nccl-tests-src/legacy-v2.16.9/ (fallback), listed in .git/info/exclude; pass it in the device tool's
+# `carry`. Variables read by nccl-tests' Makefiles
 # (src/Makefile, src/common.mk): NCCL_HOME (-I$NCCL_HOME/include -L$NCCL_HOME/lib, links -lnccl),
 # CUDA_HOME (nvcc, -L$CUDA_HOME/lib64 -lcudart), NVCC_GENCODE (default: many archs; sm_90 for H100/H200),
 # MPI (0: one process drives all GPUs with -g N), BUILDDIR.
@@ -53,14 +54,31 @@ LIBNCCL="$(ls "$NCCL_PKG"/lib/libnccl.so* | head -n1)"
 ln -sf "$LIBNCCL" "$HOME_SHIM/lib/libnccl.so"
 ln -sf "$LIBNCCL" "$HOME_SHIM/lib/libnccl.so.2"
 
-make -C "$SRC" -j"$JOBS" MPI=0 BUILDDIR="$BUILD" NCCL_HOME="$HOME_SHIM" CUDA_HOME="$CUDA_HOME" \
-    NVCC_GENCODE="$NVCC_GENCODE"
+# Build HEAD; if that fails (e.g. a wheel without nccl_device.h for NCCL >= 2.28), fall back to
+# v2.16.9 (the last release before nccl-tests used NCCL's device API), exported beside HEAD.
+build() {  # build SRC_DIR BUILD_DIR
+  make -C "$1" -j"$JOBS" MPI=0 BUILDDIR="$2" NCCL_HOME="$HOME_SHIM" CUDA_HOME="$CUDA_HOME" \
+      NVCC_GENCODE="$NVCC_GENCODE" && ls "$2"/*_perf >/dev/null 2>&1
+}
+LEGACY="$SRC/legacy-v2.16.9"
+if build "$SRC" "$BUILD"; then
+  OK_BUILD="$BUILD"
+elif [[ -f "$LEGACY/src/common.mk" ]]; then
+  echo "build_nccl_tests: HEAD did not build; trying nccl-tests v2.16.9 (no device API)" >&2
+  CUDA_MAJOR="$("$CUDA_HOME/bin/nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')"
+  if [[ "${CUDA_MAJOR:-0}" -ge 13 ]]; then  # v2.16.9 predates CUDA 13, which needs C++17
+    sed -i 's/-std=c++14/-std=c++17/g' "$LEGACY/src/common.mk"
+  fi
+  build "$LEGACY" "$LEGACY/build" || die "nccl-tests did not build (HEAD nor v2.16.9): see the errors above"
+  OK_BUILD="$LEGACY/build"
+else
+  die "nccl-tests HEAD did not build and no fallback tree at $LEGACY"
+fi
 
-cat > "$BUILD/env.sh" <<SH
+cat > "$SRC/env.sh" <<SH
 # source me before running the *_perf binaries: they load PyTorch's libnccl.so.2
 export LD_LIBRARY_PATH="$NCCL_PKG/lib:$CUDA_HOME/lib64\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
-export RCCL_TESTS_DIR="$BUILD"
+export RCCL_TESTS_DIR="$OK_BUILD"
 SH
-ls "$BUILD"/*_perf >/dev/null 2>&1 || die "make finished but no *_perf binaries in $BUILD"
-echo "built: $(cd "$BUILD" && ls *_perf | tr '\n' ' ')"
-echo "next: . $BUILD/env.sh && python3 -m rocmtrain rccl-tests sweep --tests-dir $BUILD ..."
+echo "built: $(cd "$OK_BUILD" && ls *_perf | tr '\n' ' ')"
+echo "next: . $SRC/env.sh && python3 -m rocmtrain rccl-tests sweep --tests-dir \$RCCL_TESTS_DIR ..."

@@ -14,7 +14,6 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
 PYTHON="${PYTHON:-python3}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-TESTS_DIR="${TESTS_DIR:-$ROOT/.nccl-tests-src/build}"
 
 "$PYTHON" -c 'import torch; print("torch", torch.__version__, "gpus", torch.cuda.device_count(), "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else None)'
 if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
@@ -23,8 +22,10 @@ if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
   fi
   tail -n 4 /tmp/nccl_tests_build.log
   # shellcheck disable=SC1091
-  . "$TESTS_DIR/env.sh"
+  . "$ROOT/.nccl-tests-src/env.sh"  # LD_LIBRARY_PATH + RCCL_TESTS_DIR (HEAD or the v2.16.9 fallback)
 fi
+TESTS_DIR="${TESTS_DIR:-${RCCL_TESTS_DIR:-$ROOT/.nccl-tests-src/build}}"
+echo "binaries: $TESTS_DIR"
 
 rc=0
 for g in $(seq 1 "$MAX_GPUS"); do
