@@ -55,7 +55,9 @@ class _NumericsMixin:
     def _activate(self, module: nn.Module | None) -> None:
         self._session.apply()
         policy = self._policy()
-        if module is None or not policy or any(m is module for m in self._hooked):
+        # once: convert_module sees the LightningModule, connect the strategy-wrapped model (DMP/DDP)
+        # around the same submodules; hooking both would nest two islands per submodule.
+        if module is None or not policy or self._hooked:
             return
         islands = apply_submodule_policy(module, policy)
         self._hooked.append(module)

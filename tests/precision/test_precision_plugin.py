@@ -63,8 +63,9 @@ def _loader() -> torch.utils.data.DataLoader:
 
 
 class _Snap(pl.Callback):
-    def on_train_batch_end(self, *args) -> None:
+    def on_train_batch_end(self, trainer, pl_module, *args) -> None:
         self.during = state.snapshot()
+        self.inter_hooks = len(pl_module.inter_arch._forward_pre_hooks)
 
 
 def _fit(plugin, model=None, steps: int = 2) -> tuple[TinyDLRMModule, _Snap]:
@@ -133,7 +134,9 @@ def test_group_names():
 
 
 def test_bf16_mixed_keeps_fp32_islands_and_fp32_mode_stays_fp32():
-    model, _ = _fit(build_precision_plugin(PrecisionConfig(mode="bf16-mixed")))
+    model, snap = _fit(build_precision_plugin(PrecisionConfig(mode="bf16-mixed")))
+    assert snap.inter_hooks == 1  # one island although convert_module and connect both ran
+    assert len(model.inter_arch._forward_pre_hooks) == 0  # removed at teardown
     assert model.seen == {
         "dense": torch.bfloat16,
         "sparse": torch.float32,
