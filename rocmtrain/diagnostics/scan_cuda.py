@@ -65,17 +65,45 @@ def _loop_spans(code: str) -> list[tuple[int, int]]:
     return spans
 
 
+def _scopes(code: str) -> list[tuple[int, int]]:
+    """Top-level declarations (function signature + body), as (start, end) offsets."""
+    spans, depth, start = [], 0, 0
+    for k, ch in enumerate(code):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth = max(0, depth - 1)
+            if depth == 0:
+                spans.append((start, k + 1))
+                start = k + 1
+        elif ch == ";" and depth == 0:
+            start = k + 1
+    return spans
+
+
+def _scope_of(code: str, spans: list[tuple[int, int]], off: int) -> str:
+    """The text of the top-level function containing ``off`` (names declared there only)."""
+    for a, b in spans:
+        if a <= off < b:
+            return code[a:b]
+    return code
+
+
 def _half_shuffles(code: str) -> Iterator[Hit]:
-    halves = _names(code, rf"\b{_HALF}\s+(\w+)\s*[=;,)\[]")
+    spans = _scopes(code)
     for off, callee, args in _calls(code, r"__shfl\w*"):
+        halves = _names(_scope_of(code, spans, off), rf"\b{_HALF}\s+(\w+)\s*[=;,)\[]")
         value = args[1] if callee.endswith("_sync") and len(args) > 1 else args[0]
         if value in halves or re.search(rf"__float2half|__float2bfloat16|\(\s*{_HALF}\s*\)", value):
             yield off, f"{callee}(... {value} ...)"
 
 
 def _half_atomics(code: str) -> Iterator[Hit]:
-    ptrs = _names(code, rf"\b{_HALF}\s*\*\s*(?:__restrict__\s+|const\s+)?(\w+)")
+    spans = _scopes(code)
     for off, callee, args in _calls(code, r"atomicAdd\w*|unsafeAtomicAdd"):
+        ptrs = _names(
+            _scope_of(code, spans, off), rf"\b{_HALF}\s*\*\s*(?:__restrict__\s+|const\s+)?(\w+)"
+        )
         target = re.sub(r"^[&(\s]+", "", args[0])
         base = re.match(r"\w+", target)
         if re.search(rf"\(\s*{_HALF}\s*\*\s*\)", args[0]) or (base and base.group(0) in ptrs):
@@ -83,9 +111,10 @@ def _half_atomics(code: str) -> Iterator[Hit]:
 
 
 def _float_atomics_in_loops(code: str) -> Iterator[Hit]:
-    ptrs = _names(code, r"\b(?:float|double)\s*\*\s*(?:__restrict__\s+|const\s+)?(\w+)")
-    spans = _loop_spans(code)
+    scopes, spans = _scopes(code), _loop_spans(code)
     for off, callee, args in _calls(code, r"atomicAdd"):
+        scope = _scope_of(code, scopes, off)
+        ptrs = _names(scope, r"\b(?:float|double)\s*\*\s*(?:__restrict__\s+|const\s+)?(\w+)")
         target = re.sub(r"^[&(\s]+", "", args[0])
         base = re.match(r"\w+", target)
         is_float = re.search(r"\(\s*(?:float|double)\s*\*\s*\)", args[0]) or (
@@ -113,7 +142,7 @@ RULES: tuple[Rule, ...] = (
         "32 used as the warp size: on CDNA (wave64) half the lanes idle or the lane math is wrong",
         "use warpSize (device code) or props.warp_size / rocmtrain.platform.warp_size() (host)",
         (
-            r"^\s*#\s*define\s+\w*WARP\w*\s+\(?32\)?\s*$",
+            r"^\s*#\s*define\s+\w*WARP\w*\s+\(?32[uU]?\)?\s*$",
             r"\b\w*[wW]arp_?[sS]ize\w*\s*=\s*32\b",
             rf"\b{_THREADISH}\s*(?:%\s*32|&\s*(?:31|0x1[fF])|/\s*32|>>\s*5)\b",
             r"\blane\w*\s*<\s*32\b",

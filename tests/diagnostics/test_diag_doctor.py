@@ -216,6 +216,7 @@ def _cli(*args: str, env_extra=None) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # a real `python -m rocmtrain` process (imports torch + lightning)
 def test_doctor_cli_json_on_this_machine() -> None:
     p = _cli("doctor", "--json")
     data = json.loads(p.stdout)
@@ -275,6 +276,7 @@ def test_doctor_parse_cli_every_fixture(fixtures_dir: Path, tmp_path: Path, caps
     assert "power_w=237.0" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a real process: checks exit code and that no traceback escapes
 def test_doctor_parse_bad_input_is_clear(tmp_path: Path) -> None:
     junk = tmp_path / "junk.txt"
     junk.write_text("hello world\nthis is not a tool output\n")

@@ -39,3 +39,7 @@ __global__ void sized(int n) {
   int chunks = (n + 31) / 32 * lanes;
   (void)chunks;
 }
+
+// Same variable name, different functions: a __half parameter elsewhere does not taint this float.
+__device__ float to_float(__half val) { return __half2float(val); }
+__device__ float neighbour(float val) { return __shfl_xor(val, 1); }

@@ -35,3 +35,5 @@ __global__ void transpose(float* out, const float* in) {
   tile[threadIdx.y][threadIdx.x] = in[threadIdx.x];
   out[threadIdx.x] = tile[threadIdx.x][threadIdx.y];
 }
+
+#define WARPSZ 32U  // expect: warp-size-literal
