@@ -43,23 +43,16 @@ log = logging.getLogger(__name__)
 
 
 def save_preemption_checkpoint(trainer: pl.Trainer, run_dir: Path) -> Path:
-    """Save through the run's checkpoint layer; returns the path written.
+    """Collective: save through the foundation's atomic checkpoint layer; returns the path.
 
-    Uses ``rocmtrain.checkpoint.save_checkpoint(trainer, root)`` when the foundation's module offers
-    it (atomic directory + completion marker, keep-last-N); otherwise ``trainer.save_checkpoint``
-    under ``<run_dir>/checkpoints/``.
+    ``rocmtrain.checkpoint.save`` (temp folder + rename + completion marker, keep-last-N, found by
+    ``find_resume`` on the next attempt) into the ``AtomicCheckpoint`` callback's root, or
+    ``<run_dir>/checkpoints`` when the trainer has no such callback.
     """
-    root = run_dir / "checkpoints"
-    try:
-        from rocmtrain import checkpoint as ckpt  # foundation's module (atomic save, find_resume)
-    except ImportError:
-        ckpt = None
-    saver = getattr(ckpt, "save_checkpoint", None) if ckpt is not None else None
-    if callable(saver):
-        return Path(saver(trainer, root))
-    path = root / f"preempt-step{trainer.global_step:08d}.ckpt"
-    trainer.save_checkpoint(path)
-    return path
+    from rocmtrain import checkpoint as ckpt
+
+    has_root = any(isinstance(c, ckpt.AtomicCheckpoint) for c in trainer.callbacks)
+    return Path(ckpt.save(trainer, None if has_root else run_dir / "checkpoints"))
 
 
 class PreemptionCallback(pl.Callback):

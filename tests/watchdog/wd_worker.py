@@ -146,3 +146,64 @@ if __name__ == "__main__":
     for p in ps:
         p.join()
     print([p.exitcode for p in ps])
+
+
+def timeouts_main(rank: int, world: int, port: int, run_dir: str, opts: dict) -> None:
+    """Two-phase timeouts on gloo: a 3 s straggler is fine under the init timeout; after
+    ``enter_steady_state`` (train timeout 1.5 s) the same straggler makes rank 0's all_reduce fail.
+    Rank 0 writes what happened to ``timeouts.json``."""
+    import json
+    import os
+    import sys
+
+    log = open(Path(run_dir) / f"log_rank{rank}.txt", "w")  # noqa: SIM115
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = sys.stderr = log
+    import torch
+    import torch.distributed as dist
+
+    from rocmtrain.comms.hints import hint_for_exception
+    from rocmtrain.comms.timeouts import enter_steady_state
+    from rocmtrain.config.rccl import RcclConfig
+
+    rccl = RcclConfig(init_timeout_seconds=30.0, train_timeout_seconds=1.5)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=rccl.init_timeout_seconds),
+    )
+    t = torch.ones(8)
+    out: dict = {}
+    if rank == 1:
+        time.sleep(3.0)  # straggler during "init / first step": within the long timeout
+    dist.all_reduce(t)
+    out["phase1_ok"] = t.tolist() == [float(world)] * 8
+    enter_steady_state(rccl)
+    if rank == 1:
+        time.sleep(6.0)  # the same kind of straggler in steady state
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        out["phase2"] = "completed"
+    except Exception as e:  # noqa: BLE001 - the behaviour under test
+        h = hint_for_exception(e)
+        out.update(phase2="raised", message=str(e)[:300], hint=h.kind if h else None)
+    out["phase2_seconds"] = time.monotonic() - start
+    if rank == 0:
+        (Path(run_dir) / "timeouts.json").write_text(json.dumps(out))
+    log.flush()
+    os._exit(0)  # the group is broken by design: do not wait for destroy
+
+
+def start_timeouts(run_dir: Path):  # noqa: ANN201
+    ctx = context()
+    port = free_port()
+    procs = [
+        ctx.Process(target=timeouts_main, args=(r, 2, port, str(run_dir), {})) for r in range(2)
+    ]
+    for p in procs:
+        p.start()
+    return procs
