@@ -243,7 +243,12 @@ def run_test(
     except subprocess.TimeoutExpired:
         timed_out = True
         _kill_group(proc, grace_s)
-        out, _ = proc.communicate()
+        try:  # a process that left the group (setsid) may still hold the pipe: do not wait forever
+            out, _ = proc.communicate(timeout=2 * grace_s)
+        except subprocess.TimeoutExpired as exc:
+            out = (
+                exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout
+            )
     except BaseException:  # Ctrl-C: never leave ranks behind
         _kill_group(proc, grace_s)
         raise
