@@ -204,7 +204,7 @@ def save(trainer: pl.Trainer, root: Path | None = None, keep_last: int | None = 
         root = cb.root
     keep = keep_last if keep_last is not None else (cb.keep_last if cb else 2)
     path = Path(root) / checkpoint_name(trainer.global_step)
-    trainer.save_checkpoint(path)
+    trainer.save_checkpoint(path, weights_only=False)
     if trainer.is_global_zero:
         prune(Path(root), keep)
     trainer.strategy.barrier("rocmtrain.checkpoint.save")

@@ -109,6 +109,7 @@ class TorchRecStrategy(DDPStrategy):
         self._pipeline = pipeline
         self._rccl = rccl
         self._run_dir = run_dir
+        self._dmp: DistributedModelParallel | None = None
 
     # -- environment -----------------------------------------------------------------------------
     @override
@@ -196,13 +197,14 @@ class TorchRecStrategy(DDPStrategy):
         if self.global_rank == 0:
             log.info("sharding plan:\n%s", "\n".join(map(str, describe_plan(plan))))
         self._plan = plan
-        return DistributedModelParallel(
+        self._dmp = DistributedModelParallel(
             model,
             env=ShardingEnv.from_process_group(pg),
             device=self.root_device,
             plan=plan,
             sharders=sharders,
         )
+        return self._dmp
 
     @override
     def configure_ddp(self) -> None:  # DMP wraps the dense part in DDP itself
@@ -211,11 +213,10 @@ class TorchRecStrategy(DDPStrategy):
 
     @property
     def dmp(self) -> DistributedModelParallel:
-        """The ``DistributedModelParallel`` wrapper (after ``setup``)."""
-        from torchrec.distributed import DistributedModelParallel
-
-        assert isinstance(self.model, DistributedModelParallel), "strategy not set up yet"
-        return self.model
+        """The ``DistributedModelParallel`` wrapper (after ``setup``; kept after teardown)."""
+        if self._dmp is None:
+            raise RuntimeError("TorchRecStrategy.dmp: the strategy has not set up a model yet")
+        return self._dmp
 
     @property
     def sharding_plan(self) -> ShardingPlan | None:
@@ -270,7 +271,9 @@ class TorchRecStrategy(DDPStrategy):
         )
 
     @override
-    def load_checkpoint(self, checkpoint_path: Any) -> dict[str, Any]:
+    def load_checkpoint(
+        self, checkpoint_path: Any, weights_only: bool | None = None
+    ) -> dict[str, Any]:
         assert self.lightning_module is not None
         state = {
             "model": self.lightning_module.state_dict(),
