@@ -84,6 +84,11 @@ class DataConfig:
     seed: int | None = None
     """Data seed (synthetic data, shuffling). ``None`` = the run's ``seed``."""
 
+    resample_each_epoch: bool = True
+    """Synthetic only: draw new training samples every epoch (an endless stream, no memorising;
+    batches are generated as they are needed). False: the same ``num_train_batches`` batches
+    every epoch, reshuffled, pre-generated in memory."""
+
     signal_strength: float = 1.0
     """Synthetic only: scale of the hidden logit (0 = labels are pure noise at ``base_ctr``;
     1 gives a Bayes-optimal AUC of about 0.9)."""

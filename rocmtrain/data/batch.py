@@ -11,6 +11,7 @@ sample of feature ``f`` (multi-hot size; 1 for Criteo). Values are key-major::
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -40,8 +41,10 @@ def make_batch(dense: torch.Tensor, ids: Sequence[torch.Tensor], labels: torch.T
     batch_size = dense.shape[0]
     keys = feature_keys(len(ids))
     sizes = [int(t.shape[1]) for t in ids]
-    values = torch.cat([t.reshape(-1) for t in ids]).to(torch.int64)
-    lengths = torch.cat([torch.full((batch_size,), size, dtype=torch.int32) for size in sizes])
+    values = torch.cat([t.reshape(-1) for t in ids])
+    if values.dtype != torch.int64:
+        values = values.to(torch.int64)
+    lengths = torch.tensor(sizes, dtype=torch.int32).repeat_interleave(batch_size)
     length_per_key = [batch_size * size for size in sizes]
     kjt = KeyedJaggedTensor(
         keys=keys,
@@ -49,7 +52,7 @@ def make_batch(dense: torch.Tensor, ids: Sequence[torch.Tensor], labels: torch.T
         lengths=lengths,
         stride=batch_size,
         length_per_key=length_per_key,
-        offset_per_key=[0, *np.cumsum(length_per_key).tolist()],
+        offset_per_key=[0, *itertools.accumulate(length_per_key)],
     )
     return Batch(
         dense_features=dense.to(torch.float32).contiguous(),

@@ -71,16 +71,24 @@ def test_deterministic_per_seed_and_different_across_seeds_and_splits():
     assert len(val) == 2 and not any(_same(v, t) for v in val for t in a)
 
 
-def test_epochs_reshuffle_the_batch_order_deterministically():
-    dm = _dm()
-    loader = dm.train_dataloader()
-    epoch0 = list(loader)
-    epoch1 = list(loader)
+def test_each_epoch_draws_new_training_samples_by_default():
+    loader = _dm().train_dataloader()
+    epoch0, epoch1 = list(loader), list(loader)
+    rows = lambda ep: {tuple(r) for b in ep for r in b.dense_features.tolist()}  # noqa: E731
+    assert len(epoch1) == 6 and not rows(epoch0) & rows(epoch1)
+    again = _dm().train_dataloader()
+    list(again)
+    assert all(_same(x, y) for x, y in zip(epoch1, list(again), strict=True))  # deterministic
+
+
+def test_fixed_training_set_is_reshuffled_every_epoch():
+    loader = _dm(resample_each_epoch=False).train_dataloader()
+    epoch0, epoch1 = list(loader), list(loader)
     assert not all(_same(x, y) for x, y in zip(epoch0, epoch1, strict=True))
-    # same set of batches each epoch (a permutation of this rank's blocks)
+    # the same batches each epoch, in a new order (a permutation of this rank's blocks)
     sigs = lambda ep: sorted(float(b.dense_features.sum()) for b in ep)  # noqa: E731
     assert sigs(epoch0) == sigs(epoch1)
-    no_shuffle = _dm(shuffle=False).train_dataloader()
+    no_shuffle = _dm(resample_each_epoch=False, shuffle=False).train_dataloader()
     assert all(_same(x, y) for x, y in zip(list(no_shuffle), list(no_shuffle), strict=True))
 
 
