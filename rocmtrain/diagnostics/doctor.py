@@ -145,7 +145,15 @@ def report_dict(facts, checks: list[Check], code: int) -> dict:
         "backend": facts.backend,
         "torch": ".".join(map(str, platform.torch_version())),
         "sources": facts.sources_used(),
-        "devices": [d.to_schema() | {"wave_size": d.wave_size} for d in facts.devices],
+        "devices": [
+            d.to_schema()
+            | {
+                "wave_size": d.wave_size,
+                "cuda_arch": d.cuda_arch,
+                "vram_used_bytes": d.vram_used_bytes,
+            }
+            for d in facts.devices
+        ],
         "checks": [c.to_dict() for c in checks],
         "summary": {s: counts[s] for s in STATUSES},
         "exit_code": code,

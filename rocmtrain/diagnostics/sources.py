@@ -59,6 +59,7 @@ def torch_devices() -> list[DeviceRecord]:
         rec = DeviceRecord(
             index=i,
             gfx_arch=info.arch if platform.is_rocm() else None,
+            cuda_arch=None if platform.is_rocm() else info.arch,
             name=info.name,
             vram_total_bytes=info.total_memory_bytes,
             wave_size=info.warp_size,

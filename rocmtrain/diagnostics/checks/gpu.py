@@ -13,7 +13,7 @@ def _describe(d) -> str:
     bits = [
         f"GPU {d.index}",
         d.name or "?",
-        f"arch={d.gfx_arch or '?'}",
+        f"arch={d.gfx_arch or d.cuda_arch or '?'}",
         f"id={d.device_id or '?'}",
     ]
     if product:

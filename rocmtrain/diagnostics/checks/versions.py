@@ -173,6 +173,16 @@ def check_versions(facts: GpuFacts, inputs: Inputs) -> list[Check]:
         torchrec=platform.package_version("torchrec"),
         archs=archs,
     )
+    if platform.is_cuda_build():
+        import torch
+
+        out.append(
+            Check(
+                "versions.torch_cuda",
+                "ok",
+                f"torch {_fmt(platform.torch_version())} built with CUDA {torch.version.cuda}",
+            )
+        )
     tri = next(((d, v) for d in TRITON_DISTS if (v := platform.package_version(d))), None)
     out.append(
         Check("versions.triton", "ok", f"{tri[0]} {tri[1]}")

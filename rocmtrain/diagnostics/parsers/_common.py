@@ -30,6 +30,7 @@ class DeviceRecord:
     util_pct: float | None = None
     # Extras the doctor and monitor use; not part of the ``doctor parse`` schema.
     wave_size: int | None = None
+    cuda_arch: str | None = None  #: ``sm_90`` on NVIDIA (from torch)
     compute_units: int | None = None
     vram_used_bytes: int | None = None
     vram_used_pct: float | None = None

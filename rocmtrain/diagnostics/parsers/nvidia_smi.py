@@ -4,7 +4,7 @@ Columns are read by header name, in any order; units come from the header (``mem
 or from the value (``143771 MiB``). :data:`QUERY_FIELDS` is what the doctor and the monitor ask for::
 
     nvidia-smi --query-gpu=index,name,pci.device_id,memory.total,memory.used,power.draw,\
-temperature.gpu,utilization.gpu,compute_cap --format=csv
+temperature.gpu,utilization.gpu --format=csv
 
 ``pci.device_id`` is ``0x<device><vendor>`` (``0x233510DE``); the device part is returned as
 ``device_id`` (``0x2335``).
@@ -35,7 +35,6 @@ QUERY_FIELDS = (
     "power.draw",
     "temperature.gpu",
     "utilization.gpu",
-    "compute_cap",
 )
 
 QUERY_COMMAND = (
