@@ -10,7 +10,8 @@ fp32 ``index_add_`` elsewhere) and cast to the destination dtype once.
     atomics.scatter_add(dest, 0, index, src)                  # torch.scatter_add_ semantics
     grad_w = atomics.embedding_bag_grad(grad_out, indices, offsets, num_embeddings=R)
 
-``policy`` (``precision.atomics``): ``auto``/``fp32`` = fp32 intermediate for fp16/bf16 (fp32 and fp64
+``policy`` (``precision.atomics``; ``None`` = :func:`get_default_policy`, which the precision plugin
+sets from the config for the run): ``auto``/``fp32`` = fp32 intermediate for fp16/bf16 (fp32 and fp64
 destinations accumulate in their own dtype, which is already >= fp32); ``native`` = torch's op in the
 destination dtype (on GPU: fp16/bf16 atomics, a CAS loop where :mod:`capabilities` says ``cas``).
 ``backend``: ``auto`` (Triton on GPU, torch on CPU), ``triton`` (on CPU needs ``TRITON_INTERPRET=1``),
@@ -41,10 +42,26 @@ except ImportError:  # pragma: no cover - exercised only without triton installe
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 _DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 _warned: set[str] = set()
+_default_policy = "auto"
 
 
-def accumulation_dtype(dtype: torch.dtype, policy: str = "auto") -> torch.dtype:
+def get_default_policy() -> str:
+    """The policy used when a call passes ``policy=None`` (set from ``precision.atomics`` by the
+    precision plugin for the duration of a run)."""
+    return _default_policy
+
+
+def set_default_policy(policy: str) -> str:
+    """Set the process-wide default policy; returns the previous one."""
+    global _default_policy
+    accumulation_dtype(torch.float16, policy)  # validates
+    old, _default_policy = _default_policy, policy
+    return old
+
+
+def accumulation_dtype(dtype: torch.dtype, policy: str | None = None) -> torch.dtype:
     """The dtype the sum is accumulated in for a destination of ``dtype`` under ``policy``."""
+    policy = _default_policy if policy is None else policy
     if policy not in ("auto", "fp32", "native"):
         raise ValueError(
             f"atomics policy={policy!r} is not valid; allowed: 'auto', 'fp32', 'native'"
@@ -165,7 +182,7 @@ def index_add(
     *,
     dim: int = 0,
     alpha: float = 1.0,
-    policy: str = "auto",
+    policy: str | None = None,
     backend: str = "auto",
 ) -> torch.Tensor:
     """In place ``dest.index_add_(dim, index, source, alpha=alpha)``, accumulated per ``policy``.
@@ -175,7 +192,7 @@ def index_add(
     """
     acc_dtype = accumulation_dtype(dest.dtype, policy)
     if acc_dtype == dest.dtype:
-        if policy == "native" and dest.dtype in _LOW_PRECISION:
+        if dest.dtype in _LOW_PRECISION:
             _warn_native(dest.dtype, dest.device)
         return dest.index_add_(dim, index, source.to(dest.dtype), alpha=alpha)
     _check_index(index, dest.shape[dim], "index")
@@ -202,7 +219,7 @@ def scatter_add(
     index: torch.Tensor,
     src: torch.Tensor,
     *,
-    policy: str = "auto",
+    policy: str | None = None,
     backend: str = "auto",
 ) -> torch.Tensor:
     """In place ``dest.scatter_add_(dim, index, src)`` accumulated per ``policy``; returns ``dest``.
@@ -211,7 +228,7 @@ def scatter_add(
     """
     acc_dtype = accumulation_dtype(dest.dtype, policy)
     if acc_dtype == dest.dtype:
-        if policy == "native" and dest.dtype in _LOW_PRECISION:
+        if dest.dtype in _LOW_PRECISION:
             _warn_native(dest.dtype, dest.device)
         return dest.scatter_add_(dim, index, src.to(dest.dtype))
     _check_index(index, dest.shape[dim], "index")
@@ -244,7 +261,7 @@ def embedding_bag_grad(
     per_sample_weights: torch.Tensor | None = None,
     mode: str = "sum",
     out_dtype: torch.dtype | None = None,
-    policy: str = "auto",
+    policy: str | None = None,
     backend: str = "auto",
 ) -> torch.Tensor:
     """Dense weight gradient of an embedding bag: ``[num_embeddings, D]`` in ``out_dtype``.

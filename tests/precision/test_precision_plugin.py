@@ -260,3 +260,17 @@ def test_restore_keep_leaves_named_settings(monkeypatch):
     assert state.snapshot()["env.PYTORCH_TUNABLEOP_VERBOSE"] == "1"
     assert state.restore(before) == ["env.PYTORCH_TUNABLEOP_VERBOSE"]
     assert state.snapshot() == before
+
+
+def test_atomics_policy_from_config_is_the_run_default_and_restored():
+    from rocmtrain.precision import atomics
+
+    before = state.snapshot()
+    ones, idx = torch.ones(1000, dtype=torch.bfloat16), torch.zeros(1000, dtype=torch.long)
+    session = NumericsSession(PrecisionConfig(atomics="native"))
+    report = "\n".join(session.apply())
+    assert "atomics.default_policy: auto -> native" in report and "prefer auto" in report
+    assert float(atomics.index_add(torch.zeros(1, dtype=torch.bfloat16), idx, ones)) == 256.0
+    session.restore()
+    assert atomics.get_default_policy() == "auto" and state.snapshot() == before
+    assert float(atomics.index_add(torch.zeros(1, dtype=torch.bfloat16), idx, ones)) == 1000.0
