@@ -83,6 +83,7 @@ class DeviceMonitor(pl.Callback):
         self._rss: list[tuple[float, int]] = []
         self._window: list[float] = []
         self.stats: dict[str, float] = {}
+        self._warned: set[int] = set()
 
     # -- sampling thread ---------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -151,9 +152,27 @@ class DeviceMonitor(pl.Callback):
             self._window = []
             for i, s in sorted(self.latest().items()):
                 metrics.update(_device_metrics(i, s))
+                self._check_headroom(i, s)
             if trainer.is_global_zero:  # straight to the loggers: no stale re-logging per step
                 for logger in trainer.loggers:
                     logger.log_metrics(metrics, step=trainer.global_step)
+
+    def _check_headroom(self, i: int, s: Sample) -> None:
+        if not s.mem_total_bytes or s.mem_used_bytes is None or i in self._warned:
+            return
+        free = 1.0 - s.mem_used_bytes / s.mem_total_bytes
+        if free < self._cfg.memory_headroom_fraction:
+            self._warned.add(i)
+            log.warning(
+                "GPU %d: only %.1f%% of HBM free (%.1f/%.1f GiB used), below "
+                "monitor.memory_headroom_fraction=%.2f: fragmentation or a larger batch can OOM; "
+                "lower the batch size or set PYTORCH_HIP_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF",
+                i,
+                100 * free,
+                s.mem_used_bytes / 2**30,
+                s.mem_total_bytes / 2**30,
+                self._cfg.memory_headroom_fraction,
+            )
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._shutdown()

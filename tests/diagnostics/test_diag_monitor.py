@@ -155,3 +155,21 @@ def test_monitor_config_validation() -> None:
         MonitorConfig(memory_headroom_fraction=1.5)
     with pytest.raises(ValueError, match=r"monitor.profiler_active_steps=0"):
         MonitorConfig(profiler_active_steps=0)
+
+
+def test_headroom_warning_once_per_device(tmp_path: Path, caplog) -> None:
+    from rocmtrain.diagnostics.device_sampler import Sample
+
+    total = 201310208 * 1024  # MI300X VRAM from the recorded rocminfo
+    mon = DeviceMonitor(MonitorConfig(memory_headroom_fraction=0.10), tmp_path)
+    with caplog.at_level(logging.WARNING, logger="rocmtrain.diagnostics.monitor"):
+        mon._check_headroom(
+            0, Sample(0.0, 0, mem_used_bytes=int(total * 0.80), mem_total_bytes=total)
+        )
+        assert not caplog.records
+        for _ in range(3):
+            mon._check_headroom(
+                1, Sample(0.0, 1, mem_used_bytes=int(total * 0.95), mem_total_bytes=total)
+            )
+    (rec,) = caplog.records
+    assert "GPU 1" in rec.getMessage() and "5.0% of HBM free" in rec.getMessage()
