@@ -42,6 +42,10 @@ class ArchParams:
     program each; chunks of a hot row are combined from fp32 partials (no serialisation)."""
     max_bags: int = 16
     """Forward: most bags per program (short bags get several per program)."""
+    max_block_l: int = 16
+    """Forward: most positions of one bag gathered per loop step."""
+    bwd_block_p: int = 0
+    """Backward: sorted positions per loop step; 0 = from the expected occurrences per row."""
 
 
 # Rationale (KERNELS.md has more): NVIDIA Hopper/Ampere reach full HBM bandwidth with 4-warp
@@ -56,8 +60,11 @@ ARCH_TABLE: dict[str, ArchParams] = {
     "rdna": ArchParams(lanes=64, bytes_per_lane=16, bwd_lanes=64),
     "nvidia": ArchParams(lanes=128, bytes_per_lane=16, bwd_lanes=64),
     # TRITON_INTERPRET=1 on CPU: numpy runs a whole tile at once and each program costs ~50 ms of
-    # Python, so the interpreter gets few, large programs (small hot chunks to exercise splitting).
-    "cpu": ArchParams(lanes=32, bytes_per_lane=2048, bwd_lanes=32, hot_chunk=64, max_bags=256),
+    # Python, so the interpreter gets few, large programs (hot chunks of 512 positions: a 1e4-times
+    # row still splits into 20 chunks).
+    "cpu": ArchParams(
+        lanes=32, bytes_per_lane=2048, bwd_lanes=32, hot_chunk=512, max_bags=256, max_block_l=64
+    ),
 }
 
 
@@ -121,7 +128,7 @@ def forward_config(
     block_d = min(_pow2_ceil(max_dim), 512 if elem_bytes <= 2 else 256)
     tile = max(lanes * p.bytes_per_lane // elem_bytes, block_d)  # elements per loop step
     if block_l is None:
-        block_l = max(1, min(_pow2_floor(max(avg_len, 1.0)), tile // block_d, 16))
+        block_l = max(1, min(_pow2_floor(max(avg_len, 1.0)), tile // block_d, p.max_block_l))
     if bags is None:
         bags = max(1, min(tile // (block_l * block_d), p.max_bags))
     ws = max(info.warp_size, 1)
@@ -162,7 +169,7 @@ def backward_config(
     """
     p = ARCH_TABLE[arch_key(info)]
     block_d = _pow2_ceil(max_dim)
-    block_l = max(1, min(_pow2_ceil(round(max(avg_segment, 1.0))), 16))
+    block_l = p.bwd_block_p or max(1, min(_pow2_ceil(round(avg_segment)), p.max_block_l))
     lanes = p.bwd_lanes
     tile = max(lanes * p.bytes_per_lane // 4, block_d)  # fp32 gradient elements per step
     rows = max(1, min(tile // (block_l * block_d), p.max_bags))

@@ -1,18 +1,21 @@
 """Triton backward of table-batched embedding bags, fused with the optimizer update.
 
-No dense ``[rows, D]`` gradient and no atomics on the common path:
+No dense ``[rows, D]`` gradient, no float atomics, no host sync:
 
-1. torch ops: key every index position by its global row (``row_offset[table] + index``), sort
-   (stable in deterministic mode), mark segment starts, cut each segment into chunks of at most
-   ``hot_chunk`` positions (one host sync: the chunk count).
-2. ``_bwd_chunk_kernel``, one program per chunk: sums the chunk's gradient rows (``grad_out`` row
-   of its bag x per-sample weight x 1/len for MEAN) in fp32, writes d per_sample_weights, and -
-   when the chunk is the row's whole segment - applies SGD / rowwise Adagrad / Adam to the row
-   and stores it (stochastic rounding for fp16/bf16). Chunks of a hot row instead write fp32
-   partials (deterministic: one slot per chunk; otherwise ``atomic_add(sem="relaxed")`` into one
-   fp32 slot per hot row).
-3. ``_bwd_hot_kernel``, one program per hot row: adds its partials in chunk order and applies the
-   same update. A row seen 1e5 times costs ~400 parallel chunk programs, not one serial loop.
+1. ``_keys_kernel``: every index position gets its global row key ``row_offset[table] + index``
+   (a sentinel past the last row for out-of-range indices); ``torch.sort`` groups equal rows
+   (stable in deterministic mode: a row's occurrences are then summed in input order).
+2. ``_flags_kernel`` + ``torch.nonzero_static``: chunk starts = segment starts plus every
+   ``CHUNK``-th sorted position, so no chunk is longer than ``CHUNK`` positions.
+3. ``_bwd_chunk_kernel``, ``BLOCK_C`` chunks per program: sums each chunk's gradient rows
+   (``grad_out`` row of its bag x per-sample weight x 1/len for MEAN) in fp32, writes
+   d per_sample_weights, and - when the chunk is its row's whole segment (the common case) -
+   applies SGD / rowwise Adagrad / Adam and stores the row (stochastic rounding for fp16/bf16).
+   A chunk of a longer ("hot") segment writes an fp32 partial to slot ``2*tile + (not at tile
+   start)`` instead (``tile = start // CHUNK``; at most two such chunks per tile).
+4. ``_bwd_hot_kernel``, one lane per tile: the tile holding a hot segment's last chunk adds the
+   segment's partials (walking back tile by tile, fixed order) and applies the update. A row seen
+   1e5 times is ~400 parallel chunk programs plus one 400-step sum, never a serial loop over 1e5.
 
 Usage (what the module calls)::
 
@@ -27,10 +30,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .arch import backward_config
+from .arch import backward_config, forward_config
 from .layout import TBELayout
 from .optim import OptimizerSpec
-from .reference import bag_ids
 from .tbe_forward import _device_info
 
 _OPT_CODE = {"sgd": 0, "rowwise_adagrad": 1, "adam": 2}
@@ -88,24 +90,69 @@ def _row_of(sorted_keys_ptr, sorted_bag_ptr, start, cm, B, total_rows,
 
 
 @triton.jit
+def _keys_kernel(
+    indices_ptr, offsets_ptr, keys_ptr, bags_ptr, f_rows_ptr, f_roff_ptr, B, F, total_rows,
+    BAGS: tl.constexpr, BLOCK_L: tl.constexpr,
+):  # fmt: skip
+    """keys[p] = global row of position p (sentinel total_rows if out of range); bags[p] = f*B+b."""
+    gbag = tl.program_id(0) * BAGS + tl.arange(0, BAGS)
+    gm = gbag < F * B
+    f = gbag // B
+    start = tl.load(offsets_ptr + gbag, mask=gm, other=0).to(tl.int64)
+    length = tl.load(offsets_ptr + gbag + 1, mask=gm, other=0).to(tl.int64) - start
+    rows = tl.load(f_rows_ptr + f, mask=gm, other=0)
+    roff = tl.load(f_roff_ptr + f, mask=gm, other=0)
+    ls = tl.arange(0, BLOCK_L)
+    for l0 in range(0, tl.max(length, axis=0), BLOCK_L):
+        pos = start[:, None] + l0 + ls[None, :]
+        pm = (l0 + ls[None, :]) < length[:, None]
+        idx = tl.load(indices_ptr + pos, mask=pm, other=0).to(tl.int64)
+        ok = (idx >= 0) & (idx < rows[:, None])
+        key = tl.where(ok, roff[:, None] + idx, total_rows)
+        tl.store(keys_ptr + pos, key.to(keys_ptr.dtype.element_ty), mask=pm)
+        tl.store(bags_ptr + pos, (gbag[:, None] + 0 * pos).to(bags_ptr.dtype.element_ty), mask=pm)
+
+
+@triton.jit
+def _flags_kernel(keys_ptr, flags_ptr, N, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
+    """flags[p] = p starts a chunk: a new row, or every CHUNK-th position."""
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = p < N
+    k = tl.load(keys_ptr + p, mask=m, other=0)
+    kp = tl.load(keys_ptr + p - 1, mask=m & (p > 0), other=0)
+    tl.store(flags_ptr + p, ((p % CHUNK) == 0) | (k != kp), mask=m)
+
+
+@triton.jit
 def _bwd_chunk_kernel(
     weights_ptr, mom_ptr, m1_ptr, m2_ptr, go_ptr, go_stride,
-    sorted_keys_ptr, sorted_bag_ptr, perm_ptr, psw_ptr, inv_len_ptr, dpsw_ptr,
-    chunk_start_ptr, slot_ptr, partial_ptr, n_chunks, N, B, total_rows,
+    sorted_keys_ptr, perm_ptr, bags_ptr, offsets_ptr, psw_ptr, dpsw_ptr,
+    chunk_start_ptr, n_rows, partial_ptr, N, B, total_rows,
     f_woff_ptr, f_roff_ptr, f_dim_ptr, f_doff_ptr,
     lr, eps, beta1, beta2, wd, c1, c2, seed,
     OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, HAS_PSW: tl.constexpr,
-    MEAN: tl.constexpr, NEED_DPSW: tl.constexpr, DETERMINISTIC: tl.constexpr,
+    MEAN: tl.constexpr, NEED_DPSW: tl.constexpr, CHUNK: tl.constexpr,
     BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    cm = cs < n_chunks
-    start = tl.load(chunk_start_ptr + cs, mask=cm, other=0)
-    end = tl.load(chunk_start_ptr + cs + 1, mask=cs + 1 < n_chunks, other=N)
-    key, kv, D, wrow = _row_of(sorted_keys_ptr, sorted_bag_ptr, start, cm, B, total_rows,
-                               f_woff_ptr, f_roff_ptr, f_dim_ptr)  # fmt: skip
+    start = tl.load(chunk_start_ptr + cs, mask=cs < n_rows, other=N)  # GPU: padded with N
+    cm = start < N
+    end = tl.load(chunk_start_ptr + cs + 1, mask=cs + 1 < n_rows, other=N)
+    key = tl.load(sorted_keys_ptr + start, mask=cm, other=total_rows).to(tl.int64)
+    kv = cm & (key < total_rows)  # the sentinel key marks out-of-range indices: no update
+    # does the chunk begin / end its row's segment?
+    kprev = tl.load(sorted_keys_ptr + start - 1, mask=kv & (start > 0), other=-1).to(tl.int64)
+    knext = tl.load(sorted_keys_ptr + end, mask=kv & (end < N), other=-1).to(tl.int64)
+    single = (kprev != key) & (knext != key)
+    slot = 2 * (start // CHUNK) + ((start % CHUNK) != 0).to(tl.int64)
+    orig0 = tl.load(perm_ptr + start, mask=kv, other=0)
+    f0 = tl.load(bags_ptr + orig0, mask=kv, other=0) // B
+    D = tl.load(f_dim_ptr + f0, mask=kv, other=0)
+    wrow = (
+        tl.load(f_woff_ptr + f0, mask=kv, other=0)
+        + (key - tl.load(f_roff_ptr + f0, mask=kv, other=0)) * D
+    )
     length = tl.where(kv, end - start, 0)
-    slot = tl.load(slot_ptr + cs, mask=kv, other=-1)
     ds = tl.arange(0, BLOCK_D)
     dm = kv[:, None] & (ds[None, :] < D[:, None])
     w = tl.load(weights_ptr + wrow[:, None] + ds[None, :], mask=dm, other=0.0).to(tl.float32)
@@ -114,7 +161,8 @@ def _bwd_chunk_kernel(
     for l0 in range(0, tl.max(length, axis=0), BLOCK_P):
         p = start[:, None] + l0 + ps[None, :]  # [C, P] sorted positions
         pm = (l0 + ps[None, :]) < length[:, None]
-        bag = tl.load(sorted_bag_ptr + p, mask=pm, other=0)
+        orig = tl.load(perm_ptr + p, mask=pm, other=0)
+        bag = tl.load(bags_ptr + orig, mask=pm, other=0)
         f = bag // B
         b = (bag - f * B).to(tl.int64)
         doff = tl.load(f_doff_ptr + f, mask=pm, other=0)
@@ -124,54 +172,63 @@ def _bwd_chunk_kernel(
             other=0.0,
         ).to(tl.float32)
         if MEAN:
-            g = g * tl.load(inv_len_ptr + bag, mask=pm, other=0.0)[:, :, None]
-        if NEED_DPSW or HAS_PSW:
-            orig = tl.load(perm_ptr + p, mask=pm, other=0)
+            n = tl.load(offsets_ptr + bag + 1, mask=pm, other=1) - tl.load(
+                offsets_ptr + bag, mask=pm, other=0
+            )
+            g = g / tl.maximum(n, 1).to(tl.float32)[:, :, None]
         if NEED_DPSW:
             tl.store(dpsw_ptr + orig, tl.sum(g * w[:, None, :], axis=2), mask=pm)
         if HAS_PSW:
             g = g * tl.load(psw_ptr + orig, mask=pm, other=0.0).to(tl.float32)[:, :, None]
         acc += g
     gsum = tl.sum(acc, axis=1)
-    _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, kv & (slot < 0), D, w,
+    _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, kv & single, D, w,
                  gsum, lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP)  # fmt: skip
-    hot = dm & (slot >= 0)[:, None]
-    pptr = partial_ptr + slot.to(tl.int64)[:, None] * BLOCK_D + ds[None, :]
-    if DETERMINISTIC:
-        tl.store(pptr, gsum, mask=hot)
-    else:
-        tl.atomic_add(pptr, gsum, mask=hot, sem="relaxed")
+    pptr = partial_ptr + slot[:, None] * BLOCK_D + ds[None, :]
+    tl.store(pptr, gsum, mask=dm & (~single)[:, None])
 
 
 @triton.jit
 def _bwd_hot_kernel(
-    weights_ptr, mom_ptr, m1_ptr, m2_ptr,
-    sorted_keys_ptr, sorted_bag_ptr, chunk_start_ptr, slot_ptr, partial_ptr,
-    hot_chunk_ptr, hot_nch_ptr, n_hot, B, total_rows,
-    f_woff_ptr, f_roff_ptr, f_dim_ptr,
+    weights_ptr, mom_ptr, m1_ptr, m2_ptr, sorted_keys_ptr, perm_ptr, bags_ptr, partial_ptr,
+    N, B, total_rows, f_woff_ptr, f_roff_ptr, f_dim_ptr,
     lr, eps, beta1, beta2, wd, c1, c2, seed,
-    OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr,
-    DETERMINISTIC: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr,
+    OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, CHUNK: tl.constexpr,
+    BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    hs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    c0 = tl.load(hot_chunk_ptr + hs, mask=hs < n_hot, other=-1)
-    cm = c0 >= 0
-    start = tl.load(chunk_start_ptr + c0, mask=cm, other=0)
-    key, kv, D, wrow = _row_of(sorted_keys_ptr, sorted_bag_ptr, start, cm, B, total_rows,
-                               f_woff_ptr, f_roff_ptr, f_dim_ptr)  # fmt: skip
-    slot0 = tl.load(slot_ptr + c0, mask=kv, other=0).to(tl.int64)
+    """Lane t owns the hot segment whose last chunk starts at tile t's first position."""
+    t = (tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)).to(tl.int64)
+    p0 = t * CHUNK
+    tm = (p0 < N) & (p0 > 0)
+    key = tl.load(sorted_keys_ptr + p0, mask=tm, other=total_rows).to(tl.int64)
+    kv = tm & (key < total_rows)
+    kprev = tl.load(sorted_keys_ptr + p0 - 1, mask=kv, other=-1).to(tl.int64)
+    knext = tl.load(sorted_keys_ptr + p0 + CHUNK, mask=kv & (p0 + CHUNK < N), other=-1)
+    own = kv & (kprev == key) & (knext.to(tl.int64) != key)
+    orig0 = tl.load(perm_ptr + p0, mask=own, other=0)
+    f0 = tl.load(bags_ptr + orig0, mask=own, other=0) // B
+    D = tl.load(f_dim_ptr + f0, mask=own, other=0)
+    wrow = (
+        tl.load(f_woff_ptr + f0, mask=own, other=0)
+        + (key - tl.load(f_roff_ptr + f0, mask=own, other=0)) * D
+    )
     ds = tl.arange(0, BLOCK_D)
-    dm = kv[:, None] & (ds[None, :] < D[:, None])
+    dm = own[:, None] & (ds[None, :] < D[:, None])
     w = tl.load(weights_ptr + wrow[:, None] + ds[None, :], mask=dm, other=0.0).to(tl.float32)
-    pptr = partial_ptr + slot0[:, None] * BLOCK_D + ds[None, :]
-    if DETERMINISTIC:
-        nch = tl.load(hot_nch_ptr + hs, mask=kv, other=0)
-        g = tl.zeros([BLOCK_C, BLOCK_D], dtype=tl.float32)
-        for i in range(0, tl.max(nch, axis=0)):  # fixed order: bitwise repeatable
-            g += tl.load(pptr + i * BLOCK_D, mask=dm & (i < nch)[:, None], other=0.0)
-    else:
-        g = tl.load(pptr, mask=dm, other=0.0)
-    _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, kv, D, w, g,
+    g = tl.load(partial_ptr + (2 * t)[:, None] * BLOCK_D + ds[None, :], mask=dm, other=0.0)
+    # walk back: tile j's last chunk continues into tile j+1 (fixed order -> deterministic)
+    active = own
+    j = t - 1
+    while tl.max(active.to(tl.int32), axis=0) > 0:
+        kj = tl.load(sorted_keys_ptr + j * CHUNK, mask=active, other=-1).to(tl.int64)
+        whole = kj == key  # the segment covers tile j from its first position
+        slot = 2 * j + (~whole).to(tl.int64)
+        g += tl.load(partial_ptr + slot[:, None] * BLOCK_D + ds[None, :],
+                     mask=dm & active[:, None], other=0.0)  # fmt: skip
+        kb = tl.load(sorted_keys_ptr + j * CHUNK - 1, mask=active & whole & (j > 0), other=-1)
+        active = active & whole & (j > 0) & (kb.to(tl.int64) == key)
+        j = j - 1
+    _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, own, D, w, g,
                  lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP)  # fmt: skip
 
 
@@ -195,6 +252,7 @@ def backward_update(
     """Apply the fused optimizer to the rows touched by this batch; return d per_sample_weights."""
     B = layout.batch_size(offsets)
     N = indices.numel()
+    F = layout.num_features
     dev = weights.device
     dpsw = torch.zeros(N, dtype=torch.float32, device=dev) if need_psw_grad else None
     if N == 0 or B == 0:
@@ -202,87 +260,63 @@ def backward_update(
     meta = layout.meta(dev)
     info = _device_info(dev.index)
     total_rows = layout.total_rows
+    # expected occurrences per touched row if ids were uniform (picks positions per step)
+    avg_seg = max(1.0, N / max(1, min(total_rows, N)))
+    cfg, chunk = backward_config(info, max_dim=layout.max_dim, avg_segment=avg_seg)
 
-    # 1. sort positions by global row; chunk segments
-    bags = bag_ids(offsets, N)
-    feat = torch.div(bags, B, rounding_mode="floor")
-    idx = indices.long()
-    valid = (idx >= 0) & (idx < meta.rows[feat])
-    keys = torch.where(valid, meta.row_offset[feat] + idx, total_rows)
-    if total_rows < 2**31 - 1:
-        keys = keys.to(torch.int32)  # halves the radix sort's passes
+    # 1. global row key per position, sort
+    kdtype = torch.int32 if total_rows < 2**31 - 1 else torch.int64  # int32: half the sort passes
+    keys = torch.empty(N, dtype=kdtype, device=dev)
+    bags = torch.empty(N, dtype=torch.int32 if F * B < 2**31 else torch.int64, device=dev)
+    kcfg = forward_config(info, max_dim=1, avg_len=N / (F * B), elem_bytes=4)
+    _keys_kernel[(triton.cdiv(F * B, kcfg.bags),)](
+        indices, offsets, keys, bags, meta.rows, meta.row_offset, B, F, total_rows,
+        BAGS=kcfg.bags, BLOCK_L=kcfg.block_l, num_warps=kcfg.num_warps,
+    )  # fmt: skip
     sorted_keys, perm = torch.sort(keys, stable=deterministic)
-    sorted_bag = bags[perm]
-    if layout.num_features * B < 2**31 - 1:
-        sorted_bag = sorted_bag.to(torch.int32)
-    flag = torch.ones(N, dtype=torch.bool, device=dev)
-    flag[1:] = sorted_keys[1:] != sorted_keys[:-1]
-    pos = torch.arange(N, device=dev)
-    seg_start = torch.cummax(torch.where(flag, pos, 0), dim=0).values
-    cfg, chunk = backward_config(info, max_dim=layout.max_dim, avg_segment=1.0)
-    chunk_starts = torch.nonzero((pos - seg_start) % chunk == 0).flatten()  # host sync
-    n_chunks = chunk_starts.numel()
-    cfg, _ = backward_config(info, max_dim=layout.max_dim, avg_segment=N / n_chunks)
 
-    chunk_first = flag[chunk_starts]
-    single = chunk_first.clone()
-    single[:-1] &= chunk_first[1:]
-    in_hot = ~single
-    hot_first = chunk_first & in_hot
-    max_hot = N // chunk + 1  # a hot row has > chunk positions
-    if deterministic:
-        slot = torch.where(in_hot, torch.cumsum(in_hot, 0) - 1, -1)
-        partial_rows = min(n_chunks, 2 * max_hot)
-        partial = torch.empty(partial_rows, cfg.block_d, dtype=torch.float32, device=dev)
-    else:
-        slot = torch.where(in_hot, torch.cumsum(hot_first, 0) - 1, -1)
-        partial = torch.zeros(max_hot, cfg.block_d, dtype=torch.float32, device=dev)
-    slot = slot.to(torch.int32)
+    # 2. chunk starts (padded with N: no host sync)
+    flags = torch.empty(N, dtype=torch.bool, device=dev)
+    _flags_kernel[(triton.cdiv(N, 1024),)](sorted_keys, flags, N, CHUNK=chunk, BLOCK=1024)
+    if dev.type == "cuda":
+        chunk_starts = torch.nonzero_static(flags, size=N, fill_value=N).flatten()
+    else:  # interpreter: the sync is free; an exact grid and tile save empty programs
+        chunk_starts = torch.nonzero(flags).flatten()
+        longest = int(torch.diff(chunk_starts, append=chunk_starts.new_full((1,), N)).max())
+        cfg, chunk = backward_config(info, max_dim=layout.max_dim, avg_segment=longest)
+    n_rows = chunk_starts.numel()
+    n_tiles = triton.cdiv(N, chunk)
+    partial = torch.empty(2 * n_tiles, cfg.block_d, dtype=torch.float32, device=dev)
 
-    # 2. per-chunk segment reduce + fused update
+    # 3. per-chunk segment reduce + fused update
     opt = dict(
         lr=spec.lr, eps=spec.eps, beta1=spec.beta1, beta2=spec.beta2, wd=spec.weight_decay,
         c1=1.0 - spec.beta1**step, c2=1.0 - spec.beta2**step, seed=int(seed),
         OPT=_OPT_CODE[spec.kind], SR=bool(stochastic_rounding and weights.dtype != torch.float32),
-        SR_DROP=16 if weights.dtype == torch.bfloat16 else 13,
+        SR_DROP=16 if weights.dtype == torch.bfloat16 else 13, CHUNK=chunk,
     )  # fmt: skip
     dummy = torch.empty(1, dtype=torch.float32, device=dev)
     mom = states.get("momentum", dummy)
     m1 = states.get("exp_avg", dummy)
     m2 = states.get("exp_avg_sq", dummy)
     go = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()
-    inv_len = None
-    if pooling == "mean":
-        lengths = (offsets[1:] - offsets[:-1]).to(torch.float32)
-        inv_len = 1.0 / lengths.clamp(min=1.0)
     psw = per_sample_weights
-    kw = cfg.launch_kwargs()
-    _bwd_chunk_kernel[(triton.cdiv(n_chunks, cfg.bags),)](
+    _bwd_chunk_kernel[(triton.cdiv(n_rows, cfg.bags),)](
         weights, mom, m1, m2, go, go.stride(0),
-        sorted_keys, sorted_bag, perm, psw if psw is not None else dummy,
-        inv_len if inv_len is not None else dummy, dpsw if dpsw is not None else dummy,
-        chunk_starts, slot, partial, n_chunks, N, B, total_rows,
+        sorted_keys, perm, bags, offsets, psw if psw is not None else dummy,
+        dpsw if dpsw is not None else dummy, chunk_starts, n_rows, partial, N, B, total_rows,
         meta.weights_offset, meta.row_offset, meta.dim, meta.d_offsets,
-        HAS_PSW=psw is not None, MEAN=inv_len is not None, NEED_DPSW=dpsw is not None,
-        DETERMINISTIC=deterministic, BLOCK_C=cfg.bags, BLOCK_P=cfg.block_l,
-        BLOCK_D=cfg.block_d, **opt, **kw,
+        HAS_PSW=psw is not None, MEAN=pooling == "mean", NEED_DPSW=dpsw is not None,
+        BLOCK_C=cfg.bags, BLOCK_P=cfg.block_l, BLOCK_D=cfg.block_d, **opt,
+        **cfg.launch_kwargs(),
     )  # fmt: skip
 
-    # 3. hot rows: combine partials, update (skipped when no row can be hot)
+    # 4. hot rows (segments longer than one tile): combine partials, update
     if N > chunk:
-        hot_chunks = torch.nonzero_static(hot_first, size=max_hot, fill_value=-1).flatten()
-        hot_nch = None
-        if deterministic:
-            cidx = torch.arange(n_chunks, device=dev)
-            first_idx = torch.where(chunk_first, cidx, n_chunks)
-            nxt = torch.cat([first_idx[1:], first_idx.new_full((1,), n_chunks)])
-            nxt = torch.flip(torch.cummin(torch.flip(nxt, [0]), dim=0).values, [0])
-            hot_nch = (nxt - cidx)[hot_chunks.clamp(min=0)].to(torch.int32)
-        hot_cfg = backward_config(info, max_dim=layout.max_dim, avg_segment=1.0)[0]
-        _bwd_hot_kernel[(triton.cdiv(max_hot, hot_cfg.bags),)](
-            weights, mom, m1, m2, sorted_keys, sorted_bag, chunk_starts, slot, partial,
-            hot_chunks, hot_nch if hot_nch is not None else slot, max_hot, B, total_rows,
+        hcfg = forward_config(info, max_dim=cfg.block_d, avg_len=1.0, elem_bytes=4)
+        _bwd_hot_kernel[(triton.cdiv(n_tiles, hcfg.bags),)](
+            weights, mom, m1, m2, sorted_keys, perm, bags, partial, N, B, total_rows,
             meta.weights_offset, meta.row_offset, meta.dim,
-            DETERMINISTIC=deterministic, BLOCK_C=hot_cfg.bags, BLOCK_D=cfg.block_d, **opt, **kw,
+            BLOCK_C=hcfg.bags, BLOCK_D=cfg.block_d, **opt, **cfg.launch_kwargs(),
         )  # fmt: skip
     return dpsw
