@@ -4,6 +4,7 @@ and on TorchRec's .npy format written by TorchRec's own BinaryCriteoUtils."""
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 from pathlib import Path
 
@@ -168,6 +169,28 @@ def test_missing_file_names_data_path_and_the_fix(tmp_path):
     (tmp_path / "day_0_dense.npy").write_bytes(b"")
     with pytest.raises(DataConfigError, match=r"day_0_sparse\.npy is missing"):
         _dm(tmp_path, kind="criteo_npy")
+    for kind in ("sparse", "labels"):
+        (tmp_path / f"day_0_{kind}.npy").write_bytes(b"")
+    with pytest.raises(DataConfigError, match=r"day_0_dense\.npy is not a readable \.npy"):
+        _dm(tmp_path, kind="criteo_npy")
+    with pytest.raises(DataConfigError, match=r"data\.path=.*no day_<X>_dense\.npy"):
+        _dm(tmp_path / "..", kind="criteo_npy")
+
+
+def test_folder_of_gzipped_tsv_and_forced_formats(data_dir, tmp_path):
+    src = data_dir / "sample_train.txt"
+    (tmp_path / "part_0.tsv.gz").write_bytes(gzip.compress(src.read_bytes()))
+    (tmp_path / "part_1.txt").write_bytes(src.read_bytes())
+    (tmp_path / "README").write_text("not data")  # ignored: no Criteo suffix
+    dense, ids, _ = _all(_dm(tmp_path, val_fraction=0.0).train_dataloader())
+    one_dense, one_ids, _ = _all(_dm(src, val_fraction=0.0).train_dataloader())
+    assert torch.equal(dense, torch.cat([one_dense, one_dense]))
+    assert torch.equal(ids, torch.cat([one_ids, one_ids]))
+    assert dense.shape[0] == 200
+    with pytest.raises(DataConfigError, match=r"criteo_sample\.txt:2 has 1 tab-separated"):
+        _dm(data_dir / "criteo_sample.txt", file_format="tsv")
+    capped = _dm(src, val_fraction=0.0, max_rows=30)
+    assert sum(b.labels.numel() for b in capped.train_dataloader()) == 30
 
 
 def test_malformed_rows_and_mismatched_model_are_reported(data_dir, tmp_path):
