@@ -43,7 +43,8 @@ def _usage_errors() -> tuple[type[BaseException], ...]:
 
 
 def _rank() -> int:
-    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0)
+    env = os.environ  # RANK (torchrun/Lightning), SLURM_PROCID (a Slurm task), LOCAL_RANK
+    return int(env.get("RANK", env.get("SLURM_PROCID", env.get("LOCAL_RANK", "0"))) or 0)
 
 
 _PINNED: list[str] = []  # the run_dir override added by _pin_run_dir (not the user's)
@@ -122,6 +123,7 @@ def run(cfg: Any) -> int:
         validate_run_config(rc)
         code = maybe_submit(rc, _task_overrides())
         if code is not None:
+            run_dir = None  # submitted / printed: the job's run dir was printed by maybe_submit
             return code
         if rc.dry_run:
             print_plan(rc, _task_overrides())
