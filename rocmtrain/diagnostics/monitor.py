@@ -178,6 +178,12 @@ class DeviceMonitor(pl.Callback):
         self._shutdown()
         measured = self.step_seconds[self._cfg.warmup_steps :]
         self.stats = step_time_stats(measured)
+        if self._samples:  # local rank 0 of every node sampled its node's GPUs
+            self._dir.mkdir(parents=True, exist_ok=True)
+            name = (
+                f"devices_node{trainer.node_rank}.csv" if trainer.num_nodes > 1 else "devices.csv"
+            )
+            _write_samples_csv(self._dir / name, self._samples, self._t0)
         if not trainer.is_global_zero:
             return
         self._dir.mkdir(parents=True, exist_ok=True)
@@ -202,8 +208,6 @@ class DeviceMonitor(pl.Callback):
             "sampler": self._sampler.name if self._sampler else None,
         }
         (self._dir / "step_stats.json").write_text(json.dumps(doc, indent=2))
-        if self._samples:
-            _write_samples_csv(self._dir / "devices.csv", self._samples, self._t0)
         if self._cfg.png and self.step_seconds:
             from rocmtrain.diagnostics.plot import plot_monitor
 
