@@ -162,3 +162,45 @@ def test_bind_local_rank_applies_affinity(tmp_path: Path) -> None:
         assert b.cpus is None
     finally:
         os.sched_setaffinity(0, allowed)
+
+
+@pytest.mark.gpu
+def test_binding_matches_the_driver_on_this_gpu_node() -> None:
+    """On a real NVIDIA node: our sysfs order = CUDA's device order (checked via GPU UUIDs)."""
+    import shutil
+    import subprocess
+
+    import torch
+
+    from rocmtrain import platform
+
+    if platform.is_rocm() or shutil.which("nvidia-smi") is None:
+        pytest.skip("checks CUDA device order against nvidia-smi (NVIDIA node)")
+    rows = subprocess.run(
+        ["nvidia-smi", "--query-gpu=uuid,pci.bus_id", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+
+    def norm_bdf(text: str) -> str:
+        dom, rest = text.strip().lower().split(":", 1)
+        return f"{int(dom, 16):04x}:{rest}"
+
+    bdf_of_uuid = {
+        u.strip().lower().removeprefix("gpu-"): norm_bdf(b) for u, b in (r.split(",") for r in rows)
+    }
+    env = {k: v for k, v in os.environ.items() if k.endswith("VISIBLE_DEVICES")}
+    for i in range(torch.cuda.device_count()):
+        uuid = str(torch.cuda.get_device_properties(i).uuid).lower().removeprefix("gpu-")
+        b = plan_binding(
+            i,
+            accelerator="gpu",
+            environ=env,
+            allowed_cpus=sorted(os.sched_getaffinity(0)),
+            rocm=False,
+            root=Path("/"),
+        )
+        assert b.pci_address == bdf_of_uuid[uuid], (i, b, bdf_of_uuid)
+        numa = Path(f"/sys/bus/pci/devices/{b.pci_address}/numa_node").read_text().strip()
+        assert b.numa_node == (None if int(numa) < 0 else int(numa))
