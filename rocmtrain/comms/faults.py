@@ -23,6 +23,7 @@ logged, appended to the exception as a note (shown under the traceback) and writ
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -104,6 +105,10 @@ class PreemptionCallback(pl.Callback):
             self.checkpoint_path,
             self._exit_code,
         )
+        # Lightning logs this step's metrics only after every on_train_batch_end hook; log them now
+        # so the run's metrics end with the step the checkpoint contains (private API, best effort)
+        with contextlib.suppress(Exception):
+            trainer._logger_connector.update_train_step_metrics()
         raise SystemExit(self._exit_code)
 
     def _agree(self, trainer: pl.Trainer) -> bool:

@@ -219,7 +219,7 @@ class Watchdog:
 
     # -- monitor thread -----------------------------------------------------------------------
     def _open_channel(self) -> StoreKV | FileKV:
-        if self.cfg.heartbeat_channel == "tcpstore" and self.world_size > 1:
+        if self.cfg.heartbeat_channel == "tcpstore" and dist.is_initialized():
             try:
                 return StoreKV.from_default_group(
                     prefix=f"rocmtrain/watchdog/{self.attempt}/",

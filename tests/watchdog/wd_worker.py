@@ -207,3 +207,171 @@ def start_timeouts(run_dir: Path):  # noqa: ANN201
     for p in procs:
         p.start()
     return procs
+
+
+def lightning_main(rank: int, world: int, port: int, run_dir: str, opts: dict) -> None:
+    """A 2-rank Lightning DDP fit (gloo) with ``build_callbacks``; ``opts['fault']``:
+    ``stall`` (rank ``fault_rank`` sleeps inside training_step of step ``fault_step``) or
+    ``raise`` (it raises a real-format HIP OOM error there)."""
+    import os
+    import sys
+
+    log = open(Path(run_dir) / f"log_rank{rank}.txt", "w")  # noqa: SIM115
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = sys.stderr = log
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        WORLD_SIZE=str(world),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        NODE_RANK="0",
+    )
+    from rocmtrain.comms.env import apply_env
+
+    apply_env({"TORCH_FR_BUFFER_SIZE": "200"}, source="watchdog test worker")
+    import pytorch_lightning as pl
+    import torch
+    from torch import nn
+
+    from rocmtrain.comms.watchdog import build_callbacks
+    from rocmtrain.config.rccl import RcclConfig
+    from rocmtrain.config.watchdog import WatchdogConfig
+
+    torch.set_num_threads(1)
+    fault, fault_rank, fault_step = (
+        opts["fault"],
+        opts.get("fault_rank", 1),
+        opts.get("fault_step", 5),
+    )
+
+    class Tiny(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Linear(8, 1)
+
+        def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+            if self.global_rank == fault_rank and self.global_step == fault_step:
+                if fault == "stall":
+                    stall_here(600)
+                raise RuntimeError(OOM_TEXT)
+            return self.net(batch).pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self) -> torch.utils.data.DataLoader:
+            return torch.utils.data.DataLoader(torch.randn(400, 8), batch_size=4)
+
+    wcfg = WatchdogConfig(
+        hang_timeout_seconds=3.0,
+        first_step_timeout_seconds=30.0,
+        poll_interval_seconds=0.25,
+        learn_timeout_from_step_times=False,
+        collect_timeout_seconds=3.0,
+    )
+    rccl = RcclConfig(init_timeout_seconds=60.0, train_timeout_seconds=30.0)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=world,
+        strategy="ddp",
+        max_steps=50,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=build_callbacks(wcfg, rccl, Path(run_dir)),
+        default_root_dir=run_dir,
+    )
+    trainer.fit(Tiny())
+    log.flush()
+
+
+#: https://github.com/kyuz0/amd-strix-halo-image-video-toolboxes/issues/3 (as published)
+OOM_TEXT = (
+    "HIP out of memory. Tried to allocate 3.31 GiB. GPU 0 has a total capacity of 128.00 GiB of "
+    "which 780.24 MiB is free. Of the allocated memory 57.70 GiB is allocated by PyTorch, and "
+    "75.82 MiB is reserved by PyTorch but unallocated."
+)
+
+
+def start_lightning(world: int, run_dir: Path, **opts):  # noqa: ANN201
+    ctx = context()
+    port = free_port()
+    procs = [
+        ctx.Process(target=lightning_main, args=(r, world, port, str(run_dir), opts))
+        for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def ckpt_main(rank: int, world: int, port: int, run_dir: str, opts: dict) -> None:
+    """``write``: atomic checkpoints of step 1 (small) then step 2 (large, so the test can SIGKILL
+    the job mid-write) with ``rocmtrain.checkpoint.write_sharded``. ``load``: what a resumed job
+    does — ``find_resume`` + ``read_sharded`` — and record what it got in ``loaded_rank<r>.json``."""
+    import json
+    import os
+    import sys
+
+    log = open(Path(run_dir) / f"log_{opts['mode']}_rank{rank}.txt", "w")  # noqa: SIM115
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = sys.stderr = log
+    import torch
+    import torch.distributed as dist
+
+    from rocmtrain import checkpoint as ckpt
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=120),
+    )
+    root = Path(run_dir) / "ckpts"
+    big = opts["numel"]
+    if opts["mode"] == "write":
+        for step, numel in ((1, 1024), (2, big)):
+            sharded = {
+                "w": torch.full((numel,), float(step)),
+                f"r{rank}": torch.full((4,), rank + step * 10.0),
+            }
+            per_rank = {"global_step": step, "epoch": 0, "rank": rank}
+            ckpt.write_sharded(
+                root / ckpt.checkpoint_name(step),
+                sharded=sharded,
+                per_rank=per_rank,
+                rank=rank,
+                world_size=world,
+                barrier=dist.barrier,
+            )
+        (Path(run_dir) / f"wrote_all_rank{rank}").touch()
+    else:
+        path = ckpt.find_resume(root)
+        sharded = {"w": torch.zeros(1024), f"r{rank}": torch.zeros(4)}
+        own = ckpt.read_sharded(path, sharded=sharded, rank=rank)
+        out = {
+            "path": path.name,
+            "w": sorted(set(sharded["w"].tolist())),
+            "mine": sharded[f"r{rank}"].tolist(),
+            "own": own,
+        }
+        (Path(run_dir) / f"loaded_rank{rank}.json").write_text(json.dumps(out))
+    log.flush()
+    dist.destroy_process_group()
+
+
+def start_ckpt(world: int, run_dir: Path, **opts):  # noqa: ANN201
+    ctx = context()
+    port = free_port()
+    procs = [
+        ctx.Process(target=ckpt_main, args=(r, world, port, str(run_dir), opts))
+        for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    return procs

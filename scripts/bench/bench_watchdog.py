@@ -1,0 +1,184 @@
+"""Cost of the hang watchdog per training step (heartbeats + monitor thread), CPU or GPU.
+
+What it measures (one process, a 1-rank process group so the real TCPStore channel is used):
+
+1. ``beat()`` / ``step_done()`` in ns (the training thread's only work per phase).
+2. One monitor tick (publish own heartbeat, check for a declaration, read all heartbeats, pid
+   checks) in us, and the share of one core it takes at the configured poll interval.
+3. End to end through Lightning: the same small DLRM-like model (EmbeddingBag tables + MLPs, like
+   the CPU recipe's dlrm_small) trained by ``pl.Trainer`` with and without
+   ``rocmtrain.comms.watchdog.build_callbacks`` (watchdog + two-phase timeouts + preemption + hints),
+   interleaved A/B/A/B rounds; median step time per arm and the overhead in % of the step time.
+   An A/A pair (both arms without the watchdog) gives the noise floor of this machine.
+
+Run::
+
+    python scripts/bench/bench_watchdog.py                    # CPU, ~1 min
+    python scripts/bench/bench_watchdog.py --device cuda      # GPU (H200 / MI300X), nccl 1-rank group
+    python scripts/bench/bench_watchdog.py --json out.json    # also write the numbers
+
+The target (issue 6): overhead < 1 % of the step time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import timeit
+from datetime import timedelta
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from rocmtrain.comms.watchdog import Watchdog, build_callbacks
+from rocmtrain.config.rccl import RcclConfig
+from rocmtrain.config.watchdog import WatchdogConfig
+
+
+class TinyDLRM(pl.LightningModule):
+    """EmbeddingBag tables + bottom/top MLPs, sized like the CPU recipe's dlrm_small."""
+
+    def __init__(self, *, tables: int, rows: int, dim: int, dense: int, batch: int) -> None:
+        super().__init__()
+        self.bags = nn.ModuleList(
+            nn.EmbeddingBag(rows, dim, mode="sum", sparse=True) for _ in range(tables)
+        )
+        self.bottom = nn.Sequential(
+            nn.Linear(dense, 512), nn.ReLU(), nn.Linear(512, dim), nn.ReLU()
+        )
+        self.top = nn.Sequential(nn.Linear(dim * (tables + 1), 512), nn.ReLU(), nn.Linear(512, 1))
+        self.rows, self.dense, self.batch, self.tables = rows, dense, batch, tables
+        self.step_ms: list[float] = []
+        self._t0 = 0.0
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(batch_idx)
+        x = torch.randn(self.batch, self.dense, generator=g).to(self.device)
+        idx = torch.randint(0, self.rows, (self.tables, self.batch * 4), generator=g).to(
+            self.device
+        )
+        offs = torch.arange(0, self.batch * 4, 4, device=self.device)
+        feats = [self.bottom(x)] + [bag(idx[i], offs) for i, bag in enumerate(self.bags)]
+        logit = self.top(torch.cat(feats, dim=1)).squeeze(1)
+        y = (x[:, 0] > 0).float()
+        return nn.functional.binary_cross_entropy_with_logits(logit, y)
+
+    def on_train_batch_start(self, batch: object, batch_idx: int) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, outputs: object, batch: object, batch_idx: int) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.step_ms.append((time.perf_counter() - self._t0) * 1e3)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def train_dataloader(self) -> torch.utils.data.DataLoader:
+        return torch.utils.data.DataLoader(torch.zeros(10**6), batch_size=1)
+
+
+def micro(cfg: WatchdogConfig, run_dir: Path) -> dict[str, float]:
+    wd = Watchdog(cfg, run_dir=run_dir)
+    n = 200_000
+    beat = timeit.timeit(lambda: wd.beat("forward"), number=n) / n * 1e9
+    step = timeit.timeit(wd.step_done, number=n) / n * 1e9
+    wd.start()
+    wd._stop.set()  # measure ticks by hand, not from the thread
+    ticks = [timeit.timeit(wd._tick, number=1) * 1e6 for _ in range(200)]
+    wd.finish()
+    tick_us = statistics.median(ticks)
+    return {
+        "beat_ns": beat,
+        "step_done_ns": step,
+        "per_step_us_8_beats": (7 * beat + step) / 1e3,
+        "tick_us": tick_us,
+        "monitor_core_share_pct": tick_us / 1e6 / cfg.poll_interval_seconds * 100,
+    }
+
+
+def run_arm(args: argparse.Namespace, with_watchdog: bool, run_dir: Path) -> list[float]:
+    model = TinyDLRM(tables=args.tables, rows=args.rows, dim=args.dim, dense=13, batch=args.batch)
+    wcfg = WatchdogConfig(
+        poll_interval_seconds=args.poll, learn_floor_seconds=max(60.0, 2 * args.poll)
+    )
+    callbacks = build_callbacks(wcfg, RcclConfig(), run_dir) if with_watchdog else []
+    trainer = pl.Trainer(
+        accelerator="gpu" if args.device == "cuda" else "cpu",
+        devices=1,
+        max_steps=args.steps,
+        callbacks=callbacks,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(run_dir),
+    )
+    trainer.fit(model)
+    return model.step_ms[args.warmup :]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--steps", type=int, default=150, help="steps per arm and round")
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=3, help="A/B rounds (interleaved)")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--tables", type=int, default=8)
+    p.add_argument("--rows", type=int, default=100_000)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--poll", type=float, default=1.0, help="watchdog.poll_interval_seconds")
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("bench_watchdog: --device cuda but no GPU is visible", file=sys.stderr)
+        return 2
+    torch.manual_seed(0)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29581")
+    backend = "nccl" if args.device == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=0, world_size=1, timeout=timedelta(seconds=60))
+    pl.seed_everything(0, verbose=False)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp)
+        m = micro(WatchdogConfig(poll_interval_seconds=args.poll), run_dir)
+        arms: dict[str, list[float]] = {"off": [], "on": [], "off_again": []}
+        for _ in range(args.rounds):
+            arms["off"] += run_arm(args, False, run_dir)
+            arms["on"] += run_arm(args, True, run_dir)
+            arms["off_again"] += run_arm(args, False, run_dir)
+    med = {k: statistics.median(v) for k, v in arms.items()}
+    base = (med["off"] + med["off_again"]) / 2
+    result = {
+        "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        **{k: round(v, 4) for k, v in m.items()},
+        "step_ms_median_off": round(med["off"], 3),
+        "step_ms_median_on": round(med["on"], 3),
+        "step_ms_median_off_again": round(med["off_again"], 3),
+        "overhead_pct": round((med["on"] - base) / base * 100, 3),
+        "noise_pct_off_vs_off": round(abs(med["off"] - med["off_again"]) / base * 100, 3),
+        "heartbeat_cost_pct_of_step": round(m["per_step_us_8_beats"] / 1e3 / base * 100, 5),
+        "steps_per_arm": len(arms["on"]),
+    }
+    for k, v in result.items():
+        print(f"{k:>30}: {v}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
