@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -97,3 +98,16 @@ def test_no_sampler_and_no_cli_on_cpu() -> None:
     assert make_sampler() is None
     assert sources.run_command(["rocmtrain-no-such-tool"]) is None
     assert sources.amdsmi_devices() == []  # amdsmi absent or no AMD GPU: nothing, no exception
+
+
+def test_nvml_api_names_exist() -> None:
+    """Every NVML call the doctor and the sampler make exists in the installed nvidia-ml-py."""
+    pynvml = pytest.importorskip("pynvml")
+    import inspect
+
+    from rocmtrain.diagnostics import device_sampler
+
+    src = inspect.getsource(sources) + inspect.getsource(device_sampler)
+    used = set(re.findall(r"\b(?:pynvml|nv)\.(nvml\w+|NVML_\w+)", src))
+    assert len(used) >= 10
+    assert [n for n in sorted(used) if not hasattr(pynvml, n)] == []
