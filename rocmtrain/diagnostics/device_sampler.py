@@ -69,24 +69,21 @@ class AmdSmiSampler:
     def _throughput(self, i: int, h, now: float) -> tuple[float | None, float | None]:
         pcie = xgmi = None
         try:
-            bw = self._lib.amdsmi_get_pcie_info(h)["pcie_metric"].get("pcie_bandwidth")  # Mb/s
-            pcie = float(bw) * 1e6 / 8 if isinstance(bw, (int, float)) else None
-        except Exception:
-            pass
-        try:
             m = self._lib.amdsmi_get_gpu_metrics_info(h)
+            inst = m.get("pcie_bandwidth_inst")  # GB/s, instantaneous (N/A on some parts)
+            pcie = float(inst) * 1e9 if isinstance(inst, (int, float)) else None
             total_kb = sum(
                 v
                 for key in ("xgmi_read_data_acc", "xgmi_write_data_acc")
-                for v in (m.get(key) or [])
+                for v in (m.get(key) if isinstance(m.get(key), list) else [])
                 if isinstance(v, (int, float))
             )
             prev = self._xgmi_prev.get(i)
             self._xgmi_prev[i] = (now, float(total_kb))
-            if prev and now > prev[0]:
+            if prev and now > prev[0] and total_kb:
                 xgmi = (total_kb - prev[1]) * 1024 / (now - prev[0])
-        except Exception:
-            pass
+        except Exception as e:
+            log.debug("amdsmi gpu metrics GPU %d: %s", i, e)
         return pcie, xgmi
 
     def close(self) -> None:

@@ -78,7 +78,8 @@ def amdsmi_devices() -> list[DeviceRecord]:
     """Devices from the ``amdsmi`` library (empty if it is not installed or cannot initialise)."""
     try:
         import amdsmi  # type: ignore[import-not-found]
-    except ImportError:
+    except Exception as e:  # not installed, or installed without libamd_smi.so (raises KeyError)
+        log.debug("amdsmi unavailable: %r", e)
         return []
     try:
         amdsmi.amdsmi_init()
@@ -100,7 +101,8 @@ def amdsmi_devices() -> list[DeviceRecord]:
 
 def _amdsmi_static(amdsmi, h, rec: DeviceRecord) -> None:
     asic = amdsmi.amdsmi_get_gpu_asic_info(h)
-    rec.name = asic.get("market_name") or None
+    name = asic.get("market_name")
+    rec.name = None if not name or str(name).upper() == "N/A" else str(name)
     did = asic.get("device_id")
     rec.device_id = hex(did) if isinstance(did, int) else hex_id(did)
     rec.gfx_arch = platform.normalize_gfx_arch(str(asic.get("target_graphics_version") or ""))
@@ -131,7 +133,8 @@ def nvml_devices() -> list[DeviceRecord]:
     """Devices from NVML (``pynvml``, package ``nvidia-ml-py``); empty without NVML."""
     try:
         import pynvml  # type: ignore[import-not-found]
-    except ImportError:
+    except Exception as e:
+        log.debug("pynvml unavailable: %r", e)
         return []
     try:
         pynvml.nvmlInit()

@@ -111,3 +111,35 @@ def test_nvml_api_names_exist() -> None:
     used = set(re.findall(r"\b(?:pynvml|nv)\.(nvml\w+|NVML_\w+)", src))
     assert len(used) >= 10
     assert [n for n in sorted(used) if not hasattr(pynvml, n)] == []
+
+
+def test_amdsmi_api_names_exist() -> None:
+    """Every amdsmi call we make exists in the installed amdsmi package (read as source: importing it
+    needs libamd_smi.so, which only ROCm machines have)."""
+    import importlib.util
+    import inspect
+
+    from rocmtrain.diagnostics import device_sampler
+
+    spec = importlib.util.find_spec("amdsmi")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("amdsmi package not installed")
+    iface = Path(next(iter(spec.submodule_search_locations))) / "amdsmi_interface.py"
+    lib = iface.read_text()
+    src = inspect.getsource(sources) + inspect.getsource(device_sampler)
+    calls = set(re.findall(r"\b(?:amdsmi|_lib)\.(amdsmi_\w+)", src))
+    assert len(calls) >= 8
+    assert [c for c in sorted(calls) if f"def {c}(" not in lib] == []
+    for enum, member in re.findall(r"(AmdSmiTemperature(?:Type|Metric))\.(\w+)", src):
+        assert re.search(rf"class {enum}\(IntEnum\):(?:\n    .*)*\n    {member} =", lib)
+
+
+def test_amdsmi_without_library_is_harmless() -> None:
+    """The amdsmi package without libamd_smi.so raises KeyError on import: no devices, no crash."""
+    import importlib.util
+
+    if importlib.util.find_spec("amdsmi") is None:
+        pytest.skip("amdsmi package not installed")
+    if Path("/opt/rocm/lib/libamd_smi.so").exists():
+        pytest.skip("ROCm machine: libamd_smi.so present")
+    assert sources.amdsmi_devices() == []
