@@ -112,8 +112,13 @@ class Watchdog:
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> Watchdog:
         """Agree on an attempt id (one broadcast), open the channel, start the monitor thread."""
+        if self.world_size > 1 and not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError(
+                f"Watchdog.start() with world_size={self.world_size} needs the default process "
+                "group (init_process_group) first: the ranks agree on an attempt id through it"
+            )
         self.attempt = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-        if self.world_size > 1 and dist.is_initialized():
+        if self.world_size > 1:
             box = [self.attempt]
             dist.broadcast_object_list(box, src=0)
             self.attempt = box[0]
@@ -191,6 +196,9 @@ class Watchdog:
         hint = hint_for_exception(exc)
         if not ((hint is not None and hint.kind in _COMM_HINTS) or isinstance(exc, dist.DistError)):
             self.finish(f"failed:{type(exc).__name__}")
+            if self.world_size > 1:
+                # let the observers read "failed" before this process (on rank 0: the store) goes
+                time.sleep(min(2 * self.cfg.poll_interval_seconds, 5.0))
             return
         self._dead_peers(self._beats)  # right now, before peers start exiting because of it
         log.error("watchdog: rank %d: communication failure (%s); checking peers", self.rank, exc)
@@ -204,16 +212,16 @@ class Watchdog:
                 dead = self._dead_peers(beats)
             except Exception:  # noqa: BLE001 - the store went away with its host
                 self._local_exit("store_lost", f"rank {self.rank}: {exc}")
-            if dead or time.monotonic() > deadline:
-                decision = (
-                    None
-                    if dead
-                    else {
+            failed = any(b.phase.startswith("failed") for b in beats.values())
+            if dead or failed or time.monotonic() > deadline:
+                decision = None  # classify: the dead or failed peer is the cause
+                if not (dead or failed):
+                    decision = {
                         "cause": "comm_error",
                         "stuck_ranks": [],
-                        "summary": f"rank {self.rank} got a communication error while all peers were alive: {exc}",
+                        "summary": f"rank {self.rank} got a communication error while all peers "
+                        f"were alive: {exc}",
                     }
-                )
                 self._declare(beats, stale_s, timeout, dead, set(), decision=decision)
             time.sleep(0.1)
 
@@ -258,7 +266,7 @@ class Watchdog:
         declared = self.kv.get("hang")  # type: ignore[union-attr]
         if declared:
             self._respond(json.loads(declared))
-        if not (self.cfg.monitor_every_rank or self.rank == 0):
+        if not (self.cfg.monitor_every_rank or self.rank in (0, self.world_size - 1)):
             return
         beats, stale_s, timeout = self._observe(hb)
         dead = self._dead_peers(beats)

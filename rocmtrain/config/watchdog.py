@@ -47,9 +47,10 @@ class WatchdogConfig:
     one JSON file per rank under ``report_dir`` (needs a filesystem shared by all nodes)."""
     poll_interval_seconds: float = 1.0
     """How often each rank's monitor thread publishes its heartbeat and checks its peers."""
-    monitor_every_rank: bool = True
-    """Every rank reads every heartbeat (a hang is found even if rank 0 is starved). False: only rank
-    0 does (O(N) store traffic instead of O(N^2); consider it above ~512 ranks)."""
+    monitor_every_rank: bool = False
+    """False: the first and the last rank read every heartbeat (two observers, so a hang is found
+    even if one of them is starved; store traffic O(N)). True: every rank does (O(N^2) traffic;
+    fine up to a few dozen ranks). Every rank always publishes and obeys a declared hang."""
     dump_stacks: bool = True
     """On a hang, every rank dumps all-thread Python stacks (faulthandler); ranks that do not answer
     get SIGUSR2 (faulthandler prints their stacks to their stderr)."""

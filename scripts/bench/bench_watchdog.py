@@ -16,8 +16,14 @@ Run::
     python scripts/bench/bench_watchdog.py                    # CPU, ~1 min
     python scripts/bench/bench_watchdog.py --device cuda      # GPU (H200 / MI300X), nccl 1-rank group
     python scripts/bench/bench_watchdog.py --json out.json    # also write the numbers
+    python scripts/bench/bench_watchdog.py --hang-demo --device cuda --out DIR   # 2 GPUs, NCCL
 
 The target (issue 6): overhead < 1 % of the step time.
+
+``--hang-demo`` checks the NCCL path on real GPUs (the CPU tests cover gloo): 2 ranks (one GPU
+each, NCCL, flight recorder on), rank 1 stalls before an all_reduce at step 20; expected: both ranks
+exit 75 within hang timeout + 10 s, ``DIR/hang_report.json`` names rank 1 at step 20, and the
+flight-recorder dumps hold ``nccl:all_reduce`` entries. Prints a verdict line and exits 0 if so.
 """
 
 from __future__ import annotations
@@ -126,6 +132,73 @@ def run_arm(args: argparse.Namespace, with_watchdog: bool, run_dir: Path) -> lis
     return model.step_ms[args.warmup :]
 
 
+def _demo_rank(rank: int, out: str, device: str, port: int) -> None:
+    from rocmtrain.comms.env import apply_env
+
+    apply_env({"TORCH_FR_BUFFER_SIZE": "2000"}, source="bench_watchdog --hang-demo")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    backend = "nccl" if device == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=2, timeout=timedelta(seconds=120))
+    cfg = WatchdogConfig(
+        hang_timeout_seconds=5.0,
+        first_step_timeout_seconds=60.0,
+        poll_interval_seconds=0.25,
+        learn_timeout_from_step_times=False,
+        collect_timeout_seconds=5.0,
+    )
+    wd = Watchdog(cfg, run_dir=out).start()
+    t = torch.ones(1 << 20, device=device)
+    with wd.guard():
+        for step in range(10_000):
+            wd.beat("forward", step=step)
+            if rank == 1 and step == 20:
+                Path(out, "stall_started").write_text(str(time.time()))
+                time.sleep(600)
+            wd.beat("all_reduce", collective="all_reduce")
+            dist.all_reduce(t)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            wd.step_done()
+
+
+def hang_demo(device: str, out: Path) -> int:
+    import socket
+
+    import torch.multiprocessing as mp
+
+    out.mkdir(parents=True, exist_ok=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_demo_rank, args=(r, str(out), device, port)) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    codes = [p.exitcode for p in procs]
+    report = json.loads((out / "hang_report.json").read_text())
+    took = time.time() - float((out / "stall_started").read_text())
+    fr = [e.get("last", {}).get("profiling_name") for e in report["ranks"]]
+    ok = codes == [75, 75] and report["stuck_ranks"] == [1] and report["stuck_steps"] == {"1": 20}
+    ok = ok and took <= 5.0 + 10 and all(name and "all_reduce" in name for name in fr)
+    print(
+        json.dumps(
+            {
+                "exit_codes": codes,
+                "stuck": report["stuck_ranks"],
+                "steps": report["stuck_steps"],
+                "seconds_stall_to_report": round(took, 1),
+                "flight_recorder_last": fr,
+            }
+        )
+    )
+    print(f"hang-demo ({device}): {'PASS' if ok else 'FAIL'}; report: {out / 'hang_report.txt'}")
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -138,10 +211,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--poll", type=float, default=1.0, help="watchdog.poll_interval_seconds")
     p.add_argument("--json", type=Path)
+    p.add_argument(
+        "--hang-demo", action="store_true", help="2-rank stall demo (NCCL with --device cuda)"
+    )
+    p.add_argument("--out", type=Path, default=Path("hang_demo"), help="--hang-demo run dir")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench_watchdog: --device cuda but no GPU is visible", file=sys.stderr)
         return 2
+    if args.hang_demo:
+        if args.device == "cuda" and torch.cuda.device_count() < 2:
+            print("bench_watchdog: --hang-demo --device cuda needs 2 GPUs", file=sys.stderr)
+            return 2
+        return hang_demo(args.device, args.out)
     torch.manual_seed(0)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29581")

@@ -69,31 +69,43 @@ def _run(cmd: list[str], log: Path) -> subprocess.Popen:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)
 def test_sigterm_then_resume_reproduces_loss_curve(tmp_path: Path) -> None:
     ref_dir, int_dir, res_dir = tmp_path / "ref", tmp_path / "interrupted", tmp_path / "resumed"
-    ref = _run(_cmd(ref_dir, tmp_path / "ref_ckpt"), tmp_path / "ref.log")
-    assert ref.wait(timeout=900) == 0, (tmp_path / "ref.log").read_text()[-5000:]
-    reference = _losses(ref_dir)
-    assert sorted(reference) == list(range(STEPS)), reference
-
     shared_ckpt = tmp_path / "ckpt"
-    proc = _run(_cmd(int_dir, shared_ckpt), tmp_path / "int.log")
-    deadline = time.monotonic() + 600
-    while _rank0_step(int_dir) < 12:
-        assert proc.poll() is None, (tmp_path / "int.log").read_text()[-5000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=300) == exit_codes.REQUEUE, (tmp_path / "int.log").read_text()[-5000:]
-    saved = ckpt.find_resume(shared_ckpt)
-    assert saved is not None
-    stopped_at = int(saved.name.split("-")[1])
-    assert 12 <= stopped_at < STEPS
-    first = _losses(int_dir)
-    assert sorted(first) == list(range(stopped_at)), first
+    procs: list[subprocess.Popen] = []
+    try:
+        # the uninterrupted reference and the run to interrupt start together (wall time)
+        ref = _run(_cmd(ref_dir, tmp_path / "ref_ckpt"), tmp_path / "ref.log")
+        proc = _run(_cmd(int_dir, shared_ckpt), tmp_path / "int.log")
+        procs += [ref, proc]
+        deadline = time.monotonic() + 900
+        while _rank0_step(int_dir) < 12:
+            assert proc.poll() is None, (tmp_path / "int.log").read_text()[-5000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)  # rank 0 only: the ranks must still agree on the step
+        assert proc.wait(timeout=300) == exit_codes.REQUEUE, (tmp_path / "int.log").read_text()[
+            -5000:
+        ]
+        saved = ckpt.find_resume(shared_ckpt)
+        assert saved is not None
+        stopped_at = int(saved.name.split("-")[1])
+        assert 12 <= stopped_at < STEPS
+        first = _losses(int_dir)
+        assert sorted(first) == list(range(stopped_at)), first
 
-    res = _run(_cmd(res_dir, shared_ckpt), tmp_path / "res.log")
-    assert res.wait(timeout=900) == 0, (tmp_path / "res.log").read_text()[-5000:]
-    second = _losses(res_dir)
-    assert sorted(second) == list(range(stopped_at, STEPS)), second
-    assert {**first, **second} == reference
+        res = _run(_cmd(res_dir, shared_ckpt), tmp_path / "res.log")
+        procs.append(res)
+        assert res.wait(timeout=900) == 0, (tmp_path / "res.log").read_text()[-5000:]
+        assert ref.wait(timeout=900) == 0, (tmp_path / "ref.log").read_text()[-5000:]
+        reference = _losses(ref_dir)
+        assert sorted(reference) == list(range(STEPS)), reference
+        second = _losses(res_dir)
+        assert sorted(second) == list(range(stopped_at, STEPS)), second
+        assert {**first, **second} == reference
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

@@ -43,8 +43,8 @@ def _logs(run_dir: Path) -> str:
 
 
 STALLS = [
-    # (world, stalled rank, learned timeout, channel)
-    pytest.param(3, 1, False, "tcpstore", id="3ranks-rank1"),
+    # (world, stalled rank, learned timeout, channel); "every" = every rank monitors
+    pytest.param(3, 1, False, "tcpstore-every", id="3ranks-rank1-every-rank-monitors"),
     pytest.param(3, 0, False, "tcpstore", id="3ranks-rank0-hosts-store"),
     pytest.param(3, 2, False, "files", id="3ranks-rank2-files-channel"),
     pytest.param(2, 1, True, "tcpstore", id="2ranks-rank1-learned-timeout"),

@@ -62,6 +62,7 @@ def rank_main(rank: int, world: int, port: int, run_dir: str, opts: dict) -> Non
         learn_min_steps=20,
         collect_timeout_seconds=3.0,
         heartbeat_channel=a.channel,
+        monitor_every_rank=a.every,
     )
     out = Path(run_dir)
     wd = Watchdog(cfg, run_dir=out).start()
@@ -101,6 +102,7 @@ DEFAULTS = dict(
     hiccup_every=0,
     hiccup_s=0.0,
     channel="tcpstore",
+    every=False,
 )
 
 
