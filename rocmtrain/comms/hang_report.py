@@ -59,20 +59,27 @@ def dump_stacks(path: Path) -> str:
     return str(path)
 
 
-def _fr_dumper() -> tuple[Callable[[], bytes] | None, str]:
-    """The flight-recorder dump function this torch offers, or None and why not."""
+def _fr_dumpers(backend: str) -> tuple[list[tuple[str, Callable[[], bytes]]], str]:
+    """The flight-recorder dump functions this torch offers, best first for ``backend``.
+
+    torch keeps two recorders: ``_dump_nccl_trace`` (ProcessGroupNCCL, CUDA events; CUDA/ROCm
+    builds) and ``_dump_fr_trace`` (the device-agnostic one gloo records into, torch >= 2.8).
+    """
     try:
         import torch._C._distributed_c10d as c10d
     except ImportError:
-        return None, "torch.distributed is not available in this build"
-    for name in ("_dump_fr_trace", "_dump_nccl_trace"):
-        fn = getattr(c10d, name, None)
-        if fn is not None:
-            return fn, name
-    return None, (
+        return [], "torch.distributed is not available in this build"
+    order = (
+        ("_dump_nccl_trace", "_dump_fr_trace")
+        if "nccl" in backend
+        else ("_dump_fr_trace", "_dump_nccl_trace")
+    )
+    found = [(name, getattr(c10d, name)) for name in order if hasattr(c10d, name)]
+    why = (
         "this torch has no flight recorder dump (_dump_fr_trace / _dump_nccl_trace); on gloo it "
         "needs torch >= 2.8, on older torch only ProcessGroupNCCL records collectives"
     )
+    return found, why
 
 
 def summarise_fr(raw: bytes) -> dict[str, Any]:
@@ -103,28 +110,41 @@ def fr_buffer_size() -> int:
     return 0
 
 
-def dump_flight_recorder(path: Path, *, timeout_s: float = 5.0) -> dict[str, Any]:
-    """Write this rank's flight recorder to ``path``; return ``{file, entries, last}`` or ``{skipped}``."""
-    fn, how = _fr_dumper()
-    if fn is None:
-        return {"skipped": how}
+def dump_flight_recorder(
+    path: Path, *, backend: str = "", timeout_s: float = 5.0
+) -> dict[str, Any]:
+    """Write this rank's flight recorder to ``path``; return ``{file, via, entries, last}`` or
+    ``{skipped: why}``. Tries the recorder that fits ``backend`` first, the other if it is empty."""
+    dumpers, why = _fr_dumpers(backend)
+    if not dumpers:
+        return {"skipped": why}
     if fr_buffer_size() <= 0:
         return {
             "skipped": "flight recorder off: TORCH_FR_BUFFER_SIZE is unset or 0 "
             "(set rccl.flight_recorder_entries, e.g. 2000)"
         }
-    done, result = run_with_timeout(fn, timeout_s)
-    if not done:
-        return {"skipped": f"{how}() did not return within {timeout_s} s"}
-    if isinstance(result, BaseException):
-        return {"skipped": f"{how}() failed: {result!r}"}
+    best: tuple[str, bytes, dict[str, Any]] | None = None
+    errors = []
+    for how, fn in dumpers:
+        done, result = run_with_timeout(fn, timeout_s)
+        if not done or isinstance(result, BaseException):
+            errors.append(
+                f"{how}(): " + (f"no answer in {timeout_s} s" if not done else repr(result))
+            )
+            continue
+        try:
+            summary = summarise_fr(result)
+        except Exception as e:  # noqa: BLE001 - keep the raw bytes, say why there is no summary
+            summary = {"summary_error": repr(e)}
+        if best is None or (summary.get("entries", 0) and not best[2].get("entries", 0)):
+            best = (how, result, summary)
+        if summary.get("entries", 0):
+            break
+    if best is None:
+        return {"skipped": "; ".join(errors)}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(result)
-    try:
-        summary = summarise_fr(result)
-    except Exception as e:  # noqa: BLE001 - keep the raw file, say why there is no summary
-        summary = {"summary_error": repr(e)}
-    return {"file": str(path), "via": how, **summary}
+    path.write_bytes(best[1])
+    return {"file": str(path), "via": best[0], **best[2]}
 
 
 def collect_dumps(

@@ -446,7 +446,11 @@ class Watchdog:
                     self.attempt_dir / f"stacks_rank_{self.rank}.txt"
                 )
             if self.cfg.collect_flight_recorder:
-                info.update(hr.dump_flight_recorder(self.attempt_dir / f"fr_rank_{self.rank}"))
+                info.update(
+                    hr.dump_flight_recorder(
+                        self.attempt_dir / f"fr_rank_{self.rank}", backend=self.backend
+                    )
+                )
         except Exception as e:  # noqa: BLE001 - evidence is best effort, the exit is not
             info["dump_error"] = repr(e)
         return info
