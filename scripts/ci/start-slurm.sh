@@ -116,8 +116,11 @@ HOSTS_MARK="# rocmtrain-ci-slurm"
 if [ "$NODES" != 1 ]; then
   missing_names=""; for n in $NAMES; do getent hosts "$n" >/dev/null || missing_names="$missing_names $n"; done
   if [ -n "$missing_names" ]; then
-    echo "127.0.0.1$missing_names $HOSTS_MARK" >> /etc/hosts
-    log "added to /etc/hosts: 127.0.0.1$missing_names"
+    if { echo "127.0.0.1$missing_names $HOSTS_MARK" >> /etc/hosts; } 2>/dev/null; then
+      log "added to /etc/hosts: 127.0.0.1$missing_names"
+    else
+      log "WARNING: /etc/hosts not writable: node names$missing_names do not resolve; multi-node jobs need MASTER_ADDR"
+    fi
   fi
 fi
 
