@@ -37,15 +37,21 @@ class ArchParams:
     """AMD occupancy hint (waves per SIMD); 0 = leave to the compiler. Ignored off AMD."""
     num_stages: int = 2
     """Software-pipelining depth of the loops."""
-    hot_chunk: int = 256
+    hot_chunk: int = 32
     """Backward: a row's occurrences are split into chunks of at most this many positions, one
     program each; chunks of a hot row are combined from fp32 partials (no serialisation)."""
     max_bags: int = 16
     """Forward: most bags per program (short bags get several per program)."""
     max_block_l: int = 16
     """Forward: most positions of one bag gathered per loop step."""
-    bwd_block_p: int = 0
-    """Backward: sorted positions per loop step; 0 = from the expected occurrences per row."""
+    bwd_block_p: int = 8
+    """Backward: sorted positions walked per loop step (across the program's chunks)."""
+    bwd_chunks: int = 4
+    """Backward: chunks (distinct rows, mostly) per program."""
+    bwd_elems_per_lane: int = 32
+    """Backward: fp32 temporaries per lane allowed for the chunk x position x column tile."""
+    hot_block: int = 32
+    """Backward: partials added per step when combining a hot row."""
 
 
 # Rationale (KERNELS.md has more): NVIDIA Hopper/Ampere reach full HBM bandwidth with 4-warp
@@ -63,8 +69,17 @@ ARCH_TABLE: dict[str, ArchParams] = {
     # Python, so the interpreter gets few, large programs (hot chunks of 512 positions: a 1e4-times
     # row still splits into 20 chunks).
     "cpu": ArchParams(
-        lanes=32, bytes_per_lane=2048, bwd_lanes=32, hot_chunk=512, max_bags=256, max_block_l=64
-    ),
+        lanes=32,
+        bytes_per_lane=2048,
+        bwd_lanes=32,
+        hot_chunk=512,
+        max_bags=256,
+        max_block_l=64,
+        bwd_block_p=64,
+        bwd_chunks=256,
+        bwd_elems_per_lane=4096,
+        hot_block=64,
+    ),  # fmt: skip
 }
 
 
@@ -107,6 +122,7 @@ class LaunchConfig:
     num_stages: int
     waves_per_eu: int
     is_amd: bool
+    hot_block: int = 0
 
     def launch_kwargs(self) -> dict[str, int]:
         kw = {"num_warps": self.num_warps, "num_stages": self.num_stages}
@@ -158,29 +174,30 @@ def forward_candidates(info: DeviceInfo, *, max_dim: int, avg_len: float, elem_b
     return out
 
 
-def backward_config(
-    info: DeviceInfo, *, max_dim: int, avg_segment: float
-) -> tuple[LaunchConfig, int]:
+def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, int]:
     """Backward (segment reduce + fused update) tile and the hot-row chunk length.
 
-    Tile ``[bags (= rows/chunks per program), block_l (positions per step), block_d]``. The whole
-    row is in one program (rowwise Adagrad needs the row's sum of squares), so
-    ``block_d = next_pow2(max_dim)``; ``block_l`` follows the mean occurrences per chunk.
+    ``bags`` = chunks per program (``BLOCK_C``), ``block_l`` = sorted positions per loop step
+    (``BLOCK_P``), ``hot_block`` = partials summed per step by the hot-row kernel. A chunk's row
+    must be whole in one program (rowwise Adagrad needs the row's sum of squares), so
+    ``block_d = next_pow2(max_dim)``; the chunk x position x column temporaries are kept within
+    ``bwd_lanes * bwd_elems_per_lane`` elements.
     """
     p = ARCH_TABLE[arch_key(info)]
     block_d = _pow2_ceil(max_dim)
-    block_l = p.bwd_block_p or max(1, min(_pow2_ceil(round(avg_segment)), p.max_block_l))
-    lanes = p.bwd_lanes
-    tile = max(lanes * p.bytes_per_lane // 4, block_d)  # fp32 gradient elements per step
-    rows = max(1, min(tile // (block_l * block_d), p.max_bags))
+    budget = p.bwd_lanes * p.bwd_elems_per_lane
+    cp = max(1, budget // block_d)  # chunks x positions
+    block_p = max(1, min(p.bwd_block_p, cp))
+    chunks = max(1, min(p.bwd_chunks, cp // block_p))
     ws = max(info.warp_size, 1)
     cfg = LaunchConfig(
-        bags=rows,
-        block_l=block_l,
+        bags=chunks,
+        block_l=block_p,
         block_d=block_d,
-        num_warps=max(1, lanes // ws),
+        num_warps=max(1, p.bwd_lanes // ws),
         num_stages=p.num_stages,
         waves_per_eu=p.waves_per_eu,
         is_amd=info.backend == "rocm",
+        hot_block=max(1, min(p.hot_block, budget // block_d)),
     )
     return cfg, p.hot_chunk

@@ -75,21 +75,6 @@ def _update_rows(
 
 
 @triton.jit
-def _row_of(sorted_keys_ptr, sorted_bag_ptr, start, cm, B, total_rows,
-            f_woff_ptr, f_roff_ptr, f_dim_ptr):  # fmt: skip
-    """Global row key, validity, dim and flat weight offset of the chunks starting at ``start``."""
-    key = tl.load(sorted_keys_ptr + start, mask=cm, other=total_rows).to(tl.int64)
-    kv = cm & (key < total_rows)  # the sentinel key marks out-of-range indices: no update
-    f0 = tl.load(sorted_bag_ptr + start, mask=kv, other=0) // B
-    D = tl.load(f_dim_ptr + f0, mask=kv, other=0)
-    wrow = (
-        tl.load(f_woff_ptr + f0, mask=kv, other=0)
-        + (key - tl.load(f_roff_ptr + f0, mask=kv, other=0)) * D
-    )
-    return key, kv, D, wrow
-
-
-@triton.jit
 def _keys_kernel(
     indices_ptr, offsets_ptr, keys_ptr, bags_ptr, f_rows_ptr, f_roff_ptr, B, F, total_rows,
     BAGS: tl.constexpr, BLOCK_L: tl.constexpr,
@@ -126,7 +111,7 @@ def _flags_kernel(keys_ptr, flags_ptr, N, CHUNK: tl.constexpr, BLOCK: tl.constex
 @triton.jit
 def _bwd_chunk_kernel(
     weights_ptr, mom_ptr, m1_ptr, m2_ptr, go_ptr, go_stride,
-    sorted_keys_ptr, perm_ptr, bags_ptr, offsets_ptr, psw_ptr, dpsw_ptr,
+    sorted_keys_ptr, perm_ptr, sorted_bags_ptr, offsets_ptr, psw_ptr, dpsw_ptr,
     chunk_start_ptr, n_rows, partial_ptr, N, B, total_rows,
     f_woff_ptr, f_roff_ptr, f_dim_ptr, f_doff_ptr,
     lr, eps, beta1, beta2, wd, c1, c2, seed,
@@ -134,7 +119,9 @@ def _bwd_chunk_kernel(
     MEAN: tl.constexpr, NEED_DPSW: tl.constexpr, CHUNK: tl.constexpr,
     BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    cs = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    """BLOCK_C consecutive chunks; their sorted positions are one contiguous range, walked
+    BLOCK_P positions per step (work follows positions, so long chunks do not serialise)."""
+    cs = tl.program_id(0).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
     start = tl.load(chunk_start_ptr + cs, mask=cs < n_rows, other=N)  # GPU: padded with N
     cm = start < N
     end = tl.load(chunk_start_ptr + cs + 1, mask=cs + 1 < n_rows, other=N)
@@ -145,59 +132,65 @@ def _bwd_chunk_kernel(
     knext = tl.load(sorted_keys_ptr + end, mask=kv & (end < N), other=-1).to(tl.int64)
     single = (kprev != key) & (knext != key)
     slot = 2 * (start // CHUNK) + ((start % CHUNK) != 0).to(tl.int64)
-    orig0 = tl.load(perm_ptr + start, mask=kv, other=0)
-    f0 = tl.load(bags_ptr + orig0, mask=kv, other=0) // B
+    f0 = tl.load(sorted_bags_ptr + start, mask=kv, other=0) // B
     D = tl.load(f_dim_ptr + f0, mask=kv, other=0)
     wrow = (
         tl.load(f_woff_ptr + f0, mask=kv, other=0)
         + (key - tl.load(f_roff_ptr + f0, mask=kv, other=0)) * D
     )
-    length = tl.where(kv, end - start, 0)
     ds = tl.arange(0, BLOCK_D)
     dm = kv[:, None] & (ds[None, :] < D[:, None])
     w = tl.load(weights_ptr + wrow[:, None] + ds[None, :], mask=dm, other=0.0).to(tl.float32)
-    ps = tl.arange(0, BLOCK_P)
-    acc = tl.zeros([BLOCK_C, BLOCK_P, BLOCK_D], dtype=tl.float32)
-    for l0 in range(0, tl.max(length, axis=0), BLOCK_P):
-        p = start[:, None] + l0 + ps[None, :]  # [C, P] sorted positions
-        pm = (l0 + ps[None, :]) < length[:, None]
-        orig = tl.load(perm_ptr + p, mask=pm, other=0)
-        bag = tl.load(bags_ptr + orig, mask=pm, other=0)
+    qs = tl.arange(0, BLOCK_P)
+    acc = tl.zeros([BLOCK_C, BLOCK_D], dtype=tl.float32)
+    pstart = tl.min(start, axis=0)
+    pend = tl.max(tl.where(cm, end, 0), axis=0)
+    for q0 in range(pstart, pend, BLOCK_P):
+        q = q0 + qs  # sorted positions
+        own = (q[None, :] >= start[:, None]) & (q[None, :] < end[:, None]) & kv[:, None]
+        qv = tl.max(own.to(tl.int32), axis=0) > 0  # [P]: position of a valid chunk
+        bag = tl.load(sorted_bags_ptr + q, mask=qv, other=0)
         f = bag // B
         b = (bag - f * B).to(tl.int64)
-        doff = tl.load(f_doff_ptr + f, mask=pm, other=0)
+        doff = tl.load(f_doff_ptr + f, mask=qv, other=0)
+        dq = tl.load(f_dim_ptr + f, mask=qv, other=0)
         g = tl.load(
-            go_ptr + b[:, :, None] * go_stride + doff[:, :, None] + ds[None, None, :],
-            mask=pm[:, :, None] & dm[:, None, :],
+            go_ptr + b[:, None] * go_stride + doff[:, None] + ds[None, :],
+            mask=qv[:, None] & (ds[None, :] < dq[:, None]),
             other=0.0,
-        ).to(tl.float32)
+        ).to(tl.float32)  # [P, D]
         if MEAN:
-            n = tl.load(offsets_ptr + bag + 1, mask=pm, other=1) - tl.load(
-                offsets_ptr + bag, mask=pm, other=0
+            n = tl.load(offsets_ptr + bag + 1, mask=qv, other=1) - tl.load(
+                offsets_ptr + bag, mask=qv, other=0
             )
-            g = g / tl.maximum(n, 1).to(tl.float32)[:, :, None]
+            g = g / tl.maximum(n, 1).to(tl.float32)[:, None]
+        sel = own.to(tl.float32)[:, :, None]  # [C, P, 1] one-hot: position -> its chunk
+        if NEED_DPSW or HAS_PSW:
+            orig = tl.load(perm_ptr + q, mask=qv, other=0)
         if NEED_DPSW:
-            tl.store(dpsw_ptr + orig, tl.sum(g * w[:, None, :], axis=2), mask=pm)
+            wq = tl.sum(sel * w[:, None, :], axis=0)  # [P, D] the row each position read
+            tl.store(dpsw_ptr + orig, tl.sum(g * wq, axis=1), mask=qv)
         if HAS_PSW:
-            g = g * tl.load(psw_ptr + orig, mask=pm, other=0.0).to(tl.float32)[:, :, None]
-        acc += g
-    gsum = tl.sum(acc, axis=1)
+            g = g * tl.load(psw_ptr + orig, mask=qv, other=0.0).to(tl.float32)[:, None]
+        acc += tl.sum(sel * g[None, :, :], axis=1)
     _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, kv & single, D, w,
-                 gsum, lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP)  # fmt: skip
+                 acc, lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP)  # fmt: skip
     pptr = partial_ptr + slot[:, None] * BLOCK_D + ds[None, :]
-    tl.store(pptr, gsum, mask=dm & (~single)[:, None])
+    tl.store(pptr, acc, mask=dm & (~single)[:, None])
 
 
 @triton.jit
 def _bwd_hot_kernel(
-    weights_ptr, mom_ptr, m1_ptr, m2_ptr, sorted_keys_ptr, perm_ptr, bags_ptr, partial_ptr,
+    weights_ptr, mom_ptr, m1_ptr, m2_ptr, sorted_keys_ptr, sorted_bags_ptr, partial_ptr,
     N, B, total_rows, f_woff_ptr, f_roff_ptr, f_dim_ptr,
     lr, eps, beta1, beta2, wd, c1, c2, seed,
     OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, CHUNK: tl.constexpr,
-    BLOCK_C: tl.constexpr, BLOCK_D: tl.constexpr,
+    NBITS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    """Lane t owns the hot segment whose last chunk starts at tile t's first position."""
-    t = (tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)).to(tl.int64)
+    """Program t owns the hot segment (longer than one tile) whose last chunk starts at tile
+    t's first position: binary-search the segment start, add its partials BLOCK_T at a time in
+    tile order (deterministic), update the row."""
+    t = tl.program_id(0) + tl.zeros([1], dtype=tl.int64)  # [1]-vectors keep one code path
     p0 = t * CHUNK
     tm = (p0 < N) & (p0 > 0)
     key = tl.load(sorted_keys_ptr + p0, mask=tm, other=total_rows).to(tl.int64)
@@ -205,8 +198,17 @@ def _bwd_hot_kernel(
     kprev = tl.load(sorted_keys_ptr + p0 - 1, mask=kv, other=-1).to(tl.int64)
     knext = tl.load(sorted_keys_ptr + p0 + CHUNK, mask=kv & (p0 + CHUNK < N), other=-1)
     own = kv & (kprev == key) & (knext.to(tl.int64) != key)
-    orig0 = tl.load(perm_ptr + p0, mask=own, other=0)
-    f0 = tl.load(bags_ptr + orig0, mask=own, other=0) // B
+    lo = p0 * 0
+    hi = tl.where(own, p0, 0)
+    for _ in range(NBITS):  # lower_bound(key) in sorted_keys[0:p0]
+        srch = lo < hi
+        mid = (lo + hi) // 2
+        km = tl.load(sorted_keys_ptr + mid, mask=srch, other=0).to(tl.int64)
+        right = km < key
+        lo = tl.where(srch & right, mid + 1, lo)
+        hi = tl.where(srch & ~right, mid, hi)
+    ts = lo // CHUNK  # first tile of the segment; its chunk there is slot 2*ts + (lo % CHUNK != 0)
+    f0 = tl.load(sorted_bags_ptr + p0, mask=own, other=0) // B
     D = tl.load(f_dim_ptr + f0, mask=own, other=0)
     wrow = (
         tl.load(f_woff_ptr + f0, mask=own, other=0)
@@ -215,21 +217,28 @@ def _bwd_hot_kernel(
     ds = tl.arange(0, BLOCK_D)
     dm = own[:, None] & (ds[None, :] < D[:, None])
     w = tl.load(weights_ptr + wrow[:, None] + ds[None, :], mask=dm, other=0.0).to(tl.float32)
-    g = tl.load(partial_ptr + (2 * t)[:, None] * BLOCK_D + ds[None, :], mask=dm, other=0.0)
-    # walk back: tile j's last chunk continues into tile j+1 (fixed order -> deterministic)
-    active = own
-    j = t - 1
-    while tl.max(active.to(tl.int32), axis=0) > 0:
-        kj = tl.load(sorted_keys_ptr + j * CHUNK, mask=active, other=-1).to(tl.int64)
-        whole = kj == key  # the segment covers tile j from its first position
-        slot = 2 * j + (~whole).to(tl.int64)
-        g += tl.load(partial_ptr + slot[:, None] * BLOCK_D + ds[None, :],
-                     mask=dm & active[:, None], other=0.0)  # fmt: skip
-        kb = tl.load(sorted_keys_ptr + j * CHUNK - 1, mask=active & whole & (j > 0), other=-1)
-        active = active & whole & (j > 0) & (kb.to(tl.int64) == key)
-        j = j - 1
-    _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, own, D, w, g,
+    g = tl.zeros([BLOCK_D], dtype=tl.float32)
+    js = tl.arange(0, BLOCK_T)
+    first = tl.max(tl.where(own, ts, t + 1), axis=0)
+    last = tl.max(t, axis=0)
+    mid_start = tl.max((lo % CHUNK) != 0, axis=0)
+    for j0 in range(first, last + 1, BLOCK_T):
+        j = j0 + js
+        slot = 2 * j + ((j == first) & mid_start).to(tl.int64)
+        g += tl.sum(tl.load(partial_ptr + slot[:, None] * BLOCK_D + ds[None, :],
+                            mask=(j <= last)[:, None] & (ds[None, :] < tl.max(D, axis=0)),
+                            other=0.0), axis=0)  # fmt: skip
+    _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, own, D, w, g[None, :],
                  lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP)  # fmt: skip
+
+
+def _nonzero_padded(flags: torch.Tensor, n: int) -> torch.Tensor:
+    """Positions of True, padded with ``n`` to length ``n`` (no host sync where supported)."""
+    try:
+        return torch.nonzero_static(flags, size=n, fill_value=n).flatten()
+    except (NotImplementedError, RuntimeError):  # older torch without a device kernel
+        idx = torch.nonzero(flags).flatten()
+        return torch.cat([idx, idx.new_full((n - idx.numel(),), n)])
 
 
 def backward_update(
@@ -260,9 +269,7 @@ def backward_update(
     meta = layout.meta(dev)
     info = _device_info(dev.index)
     total_rows = layout.total_rows
-    # expected occurrences per touched row if ids were uniform (picks positions per step)
-    avg_seg = max(1.0, N / max(1, min(total_rows, N)))
-    cfg, chunk = backward_config(info, max_dim=layout.max_dim, avg_segment=avg_seg)
+    cfg, chunk = backward_config(info, max_dim=layout.max_dim)
 
     # 1. global row key per position, sort
     kdtype = torch.int32 if total_rows < 2**31 - 1 else torch.int64  # int32: half the sort passes
@@ -274,16 +281,15 @@ def backward_update(
         BAGS=kcfg.bags, BLOCK_L=kcfg.block_l, num_warps=kcfg.num_warps,
     )  # fmt: skip
     sorted_keys, perm = torch.sort(keys, stable=deterministic)
+    sorted_bags = bags[perm]  # one parallel gather; spares the kernels a dependent load
 
     # 2. chunk starts (padded with N: no host sync)
     flags = torch.empty(N, dtype=torch.bool, device=dev)
     _flags_kernel[(triton.cdiv(N, 1024),)](sorted_keys, flags, N, CHUNK=chunk, BLOCK=1024)
     if dev.type == "cuda":
-        chunk_starts = torch.nonzero_static(flags, size=N, fill_value=N).flatten()
+        chunk_starts = _nonzero_padded(flags, N)
     else:  # interpreter: the sync is free; an exact grid and tile save empty programs
         chunk_starts = torch.nonzero(flags).flatten()
-        longest = int(torch.diff(chunk_starts, append=chunk_starts.new_full((1,), N)).max())
-        cfg, chunk = backward_config(info, max_dim=layout.max_dim, avg_segment=longest)
     n_rows = chunk_starts.numel()
     n_tiles = triton.cdiv(N, chunk)
     partial = torch.empty(2 * n_tiles, cfg.block_d, dtype=torch.float32, device=dev)
@@ -303,7 +309,7 @@ def backward_update(
     psw = per_sample_weights
     _bwd_chunk_kernel[(triton.cdiv(n_rows, cfg.bags),)](
         weights, mom, m1, m2, go, go.stride(0),
-        sorted_keys, perm, bags, offsets, psw if psw is not None else dummy,
+        sorted_keys, perm, sorted_bags, offsets, psw if psw is not None else dummy,
         dpsw if dpsw is not None else dummy, chunk_starts, n_rows, partial, N, B, total_rows,
         meta.weights_offset, meta.row_offset, meta.dim, meta.d_offsets,
         HAS_PSW=psw is not None, MEAN=pooling == "mean", NEED_DPSW=dpsw is not None,
@@ -313,10 +319,9 @@ def backward_update(
 
     # 4. hot rows (segments longer than one tile): combine partials, update
     if N > chunk:
-        hcfg = forward_config(info, max_dim=cfg.block_d, avg_len=1.0, elem_bytes=4)
-        _bwd_hot_kernel[(triton.cdiv(n_tiles, hcfg.bags),)](
-            weights, mom, m1, m2, sorted_keys, perm, bags, partial, N, B, total_rows,
-            meta.weights_offset, meta.row_offset, meta.dim,
-            BLOCK_C=hcfg.bags, BLOCK_D=cfg.block_d, **opt, **cfg.launch_kwargs(),
+        _bwd_hot_kernel[(n_tiles,)](
+            weights, mom, m1, m2, sorted_keys, sorted_bags, partial, N, B, total_rows,
+            meta.weights_offset, meta.row_offset, meta.dim, NBITS=max(1, N.bit_length()),
+            BLOCK_T=cfg.hot_block, BLOCK_D=cfg.block_d, **opt, **cfg.launch_kwargs(),
         )  # fmt: skip
     return dpsw
