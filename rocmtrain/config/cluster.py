@@ -74,7 +74,8 @@ class ClusterConfig:
     signal: str | None = "B:USR1@300"
     """``--signal``: warn the job this many seconds before the time limit. ``B:`` signals the batch
     shell, which forwards it to every rank; ranks checkpoint and exit 75, and the job is requeued.
-    null = no warning (the job is killed at the limit; it resumes from an older checkpoint)."""
+    ``TERM@N`` (no ``B:``) signals the ranks directly, which works the same way. null = no warning
+    (the job is killed at the limit; a resubmission resumes from an older checkpoint)."""
     job_name: str | None = None
     """``--job-name``; null = ``rocmtrain-<recipe>``. Also names the run folder."""
     output: str | None = None
@@ -132,6 +133,15 @@ class ClusterConfig:
         if self.signal is not None and not _SIGNAL.match(str(self.signal)):
             raise ConfigError(
                 "cluster.signal", self.signal, "use [B:]SIGNAL[@SECONDS], e.g. B:USR1@300"
+            )
+        batch_sig = re.match(r"^[RB]*B[RB]*:(?:SIG)?(\w+)", self.signal or "")
+        if batch_sig and batch_sig.group(1) not in ("USR1", "USR2"):
+            raise ConfigError(
+                "cluster.signal",
+                self.signal,
+                "the batch shell forwards only USR1/USR2 to the ranks (SIGTERM there means 'Slurm "
+                "is ending the job': no requeue); use B:USR1@300, or TERM@300 without B: (sent "
+                "to the ranks directly)",
             )
         if self.mem is not None and not _MEM.match(str(self.mem)):
             raise ConfigError("cluster.mem", self.mem, "use a size like 480G, 64000M or 0")

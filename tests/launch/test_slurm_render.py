@@ -158,6 +158,7 @@ def test_requeue_disabled_renders_no_scontrol(tmp_path: Path) -> None:
         ("kind", "pbs", "local, slurm"),
         ("time", "2h", "HH:MM:SS"),
         ("signal", "USR1 @ 90", "B:USR1@300"),
+        ("signal", "B:TERM@300", "TERM@300"),
         ("mem", "lots", "480G"),
         ("nodes", 0, "positive"),
         ("job_name", "bash", "Lightning"),
