@@ -44,6 +44,7 @@ def test_probabilities_input_and_known_values():
 
 
 def test_empty_is_nan_and_shape_mismatch_is_explained():
-    assert math.isnan(NormalizedEntropy().compute().item())
+    with pytest.warns(UserWarning, match="before the ``update``"):
+        assert math.isnan(NormalizedEntropy().compute().item())
     with pytest.raises(ValueError, match="one prediction per label"):
         NormalizedEntropy().update(torch.zeros(3), torch.zeros(4))
