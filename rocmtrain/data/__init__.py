@@ -75,7 +75,7 @@ def build_datamodule(
     for f, n in enumerate(rows):
         if n < 1:
             raise DataConfigError(
-                f"num_embeddings_per_feature[{f}]={n} is invalid: every table needs >= 1 row"
+                f"model.num_embeddings_per_feature[{f}]={n} is invalid: every table needs >= 1 row"
             )
     if multi_hot_sizes is None:
         multi_hot = [1] * len(rows)
@@ -83,11 +83,13 @@ def build_datamodule(
         multi_hot = [int(m) for m in multi_hot_sizes]
         if len(multi_hot) != len(rows) or min(multi_hot) < 1:
             raise DataConfigError(
-                f"multi_hot_sizes={multi_hot} is invalid: give one size >= 1 per table "
+                f"model.multi_hot_sizes={multi_hot} is invalid: give one size >= 1 per table "
                 f"({len(rows)} tables) or null for one id per feature"
             )
     if num_dense < 1:
-        raise DataConfigError(f"num_dense={num_dense} is invalid: use >= 1 dense features")
+        raise DataConfigError(
+            f"model.num_dense_features={num_dense} is invalid: use >= 1 dense features"
+        )
     data_seed = seed if data_cfg.seed is None else int(data_cfg.seed)
 
     if data_cfg.kind == "synthetic":

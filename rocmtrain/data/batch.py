@@ -20,12 +20,15 @@ from torchrec.datasets.criteo import DEFAULT_CAT_NAMES
 from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from rocmtrain.config.data import DataConfigError
+
 
 def feature_keys(num_features: int) -> list[str]:
     """The KJT keys for ``num_features`` categorical features: ``cat_0 .. cat_{F-1}``."""
     if not 1 <= num_features <= len(DEFAULT_CAT_NAMES):
-        raise ValueError(
-            f"num_embeddings_per_feature has {num_features} entries; use 1..{len(DEFAULT_CAT_NAMES)}"
+        raise DataConfigError(
+            f"model.num_embeddings_per_feature has {num_features} tables; the data has "
+            f"1..{len(DEFAULT_CAT_NAMES)} categorical features (cat_0..cat_25): use 1-26 tables"
         )
     return list(DEFAULT_CAT_NAMES[:num_features])
 

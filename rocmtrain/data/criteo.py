@@ -286,11 +286,17 @@ class CriteoSource:
             world_size=world_size,
             drop_last=drop_last,
         )
-        if not self.slices:
+        if not self.slices and drop_last:
             raise DataConfigError(
                 f"data.batch_size={batch_size} is invalid for the {split} split: it has "
                 f"{self.num_rows} rows, fewer than one batch on each of {world_size} ranks; "
                 f"lower data.batch_size, set data.drop_last=false, or give more rows"
+            )
+        if not self.slices:
+            fix = "raise data.val_fraction or set data.val_path" if split == "val" else "give more"
+            raise DataConfigError(
+                f"data.path: the {split} split has {self.num_rows} rows, fewer than the "
+                f"{world_size} ranks that each need one; {fix} rows"
             )
         self._order: tuple[int, torch.Tensor] | None = None
 
@@ -325,13 +331,13 @@ def criteo_factory(
     """``factory(split, rank, world_size)`` for :class:`~rocmtrain.data.datamodule.RecDataModule`."""
     if num_dense != INT_FEATURE_COUNT:
         raise DataConfigError(
-            f"num_dense={num_dense} does not fit data.kind={cfg.kind}: Criteo rows have "
-            f"{INT_FEATURE_COUNT} dense features; set the model's dense feature count to 13"
+            f"model.num_dense_features={num_dense} does not fit data.kind={cfg.kind}: Criteo rows "
+            f"have {INT_FEATURE_COUNT} dense features; set model.num_dense_features=13"
         )
     if any(m != 1 for m in multi_hot):
         raise DataConfigError(
-            f"multi_hot_sizes={multi_hot} does not fit data.kind={cfg.kind}: Criteo rows have one "
-            f"id per feature; set the model's multi-hot sizes to null (or use data=synthetic)"
+            f"model.multi_hot_sizes={multi_hot} does not fit data.kind={cfg.kind}: Criteo rows have "
+            f"one id per feature; set model.multi_hot_sizes=null (or use data=synthetic)"
         )
 
     def load(field: str) -> CriteoRows:

@@ -199,7 +199,9 @@ def test_malformed_rows_and_mismatched_model_are_reported(data_dir, tmp_path):
     bad.write_text("\n".join([lines[0], lines[1].split("\t", 1)[1]]) + "\n")  # row 2 lacks label
     with pytest.raises(DataConfigError, match=r"bad\.tsv:2 has 39 tab-separated columns"):
         _dm(bad)
-    with pytest.raises(DataConfigError, match=r"num_dense=8 .* set the model's dense"):
+    with pytest.raises(
+        DataConfigError, match=r"model\.num_dense_features=8 .* set model\.num_dense_features=13"
+    ):
         build_datamodule(
             DataConfig(kind="criteo_tsv", path=str(bad)),
             num_embeddings_per_feature=ROWS,
@@ -209,3 +211,5 @@ def test_malformed_rows_and_mismatched_model_are_reported(data_dir, tmp_path):
         )
     with pytest.raises(DataConfigError, match=r"data\.batch_size=4096 is invalid"):
         _dm(data_dir / "sample_train.txt", batch_size=4096)
+    with pytest.raises(DataConfigError, match=r"val split has 1 rows, fewer than the 2 ranks"):
+        _dm(data_dir / "sample_train.txt", val_fraction=0.01, world_size=2)

@@ -185,7 +185,9 @@ def test_bad_values_name_the_field_the_value_and_the_fix(override, field):
 
 
 def test_bad_table_specs_are_rejected():
+    with pytest.raises(DataConfigError, match=r"has 27 tables.*use 1-26 tables"):
+        _dm(rows=[5] * 27, multi_hot=None)
     with pytest.raises(DataConfigError, match="multi_hot_sizes"):
         _dm(multi_hot=[1, 2])
-    with pytest.raises(DataConfigError, match=r"num_embeddings_per_feature\[1\]=0"):
+    with pytest.raises(DataConfigError, match=r"model\.num_embeddings_per_feature\[1\]=0"):
         _dm(rows=[5, 0], multi_hot=None)
