@@ -66,10 +66,10 @@ def _update_rows(
         new = w - lr * ((m1 / c1) / (tl.sqrt(m2 / c2) + eps) + wd * w)
     if SR:
         # add uniform noise below the target mantissa, truncate: E[stored] == new
-        low: tl.constexpr = (1 << SR_DROP) - 1
         bits = new.to(tl.int32, bitcast=True)
         rnd = tl.randint(seed, ptr.to(tl.int32)).to(tl.int32, bitcast=True)
-        rounded = ((bits + (rnd & low)) & ~low).to(tl.float32, bitcast=True)
+        noise = rnd & ((1 << SR_DROP) - 1)
+        rounded = ((bits + noise) & (-(1 << SR_DROP))).to(tl.float32, bitcast=True)
         new = tl.where(tl.abs(new) < float("inf"), rounded, new)
     tl.store(weights_ptr + ptr, new.to(weights_ptr.dtype.element_ty), mask=m)
 
@@ -105,7 +105,7 @@ def _flags_kernel(keys_ptr, flags_ptr, N, CHUNK: tl.constexpr, BLOCK: tl.constex
     m = p < N
     k = tl.load(keys_ptr + p, mask=m, other=0)
     kp = tl.load(keys_ptr + p - 1, mask=m & (p > 0), other=0)
-    tl.store(flags_ptr + p, ((p % CHUNK) == 0) | (k != kp), mask=m)
+    tl.store(flags_ptr + p, (((p % CHUNK) == 0) | (k != kp)).to(tl.int8), mask=m)
 
 
 @triton.jit
@@ -221,7 +221,7 @@ def _bwd_hot_kernel(
     js = tl.arange(0, BLOCK_T)
     first = tl.max(tl.where(own, ts, t + 1), axis=0)
     last = tl.max(t, axis=0)
-    mid_start = tl.max((lo % CHUNK) != 0, axis=0)
+    mid_start = tl.max(((lo % CHUNK) != 0).to(tl.int32), axis=0) != 0
     for j0 in range(first, last + 1, BLOCK_T):
         j = j0 + js
         slot = 2 * j + ((j == first) & mid_start).to(tl.int64)
@@ -284,7 +284,7 @@ def backward_update(
     sorted_bags = bags[perm]  # one parallel gather; spares the kernels a dependent load
 
     # 2. chunk starts (padded with N: no host sync)
-    flags = torch.empty(N, dtype=torch.bool, device=dev)
+    flags = torch.empty(N, dtype=torch.int8, device=dev)
     _flags_kernel[(triton.cdiv(N, 1024),)](sorted_keys, flags, N, CHUNK=chunk, BLOCK=1024)
     if dev.type == "cuda":
         chunk_starts = _nonzero_padded(flags, N)

@@ -151,8 +151,8 @@ def forward(
     if not _autotune_enabled(weights.device):
         cfg = forward_config(info, **kw)
     else:
-        key = (info.arch, layout.max_dim, _pow2_bucket(avg_len), weights.dtype, pooling,
-               psw is not None, output_dtype)  # fmt: skip
+        key = (info.arch, layout.max_dim, _pow2_bucket(avg_len), _pow2_bucket(B), weights.dtype,
+               pooling, psw is not None, output_dtype)  # fmt: skip
         cfg = _TUNED.get(key)
         if cfg is None:
             cfg = _tune(forward_candidates(info, **kw), layout, weights, indices, offsets, psw,
