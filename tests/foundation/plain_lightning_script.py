@@ -1,0 +1,101 @@
+"""A plain Lightning script (no Hydra, no rocmtrain config) that swaps in rocmtrain's TorchRec
+strategy by name. Run by test_foundation_plain_lightning.py as a real 2-process job:
+
+    python plain_lightning_script.py OUT.json [strategy-name]
+
+Lightning starts rank 1 by re-running this script (its subprocess launcher), like ``ddp``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+import rocmtrain  # noqa: F401  (registers the "torchrec*" strategy names)
+
+F, ROWS, D = 4, 64, 8
+
+
+class TinyRec(pl.LightningModule):
+    """Any LightningModule holding an EmbeddingBagCollection (tables on the meta device)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        tables = [
+            EmbeddingBagConfig(
+                name=f"t{i}", embedding_dim=D, num_embeddings=ROWS, feature_names=[f"f{i}"]
+            )
+            for i in range(F)
+        ]
+        self.ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
+        apply_optimizer_in_backward(torch.optim.Adagrad, self.ebc.parameters(), {"lr": 0.5})
+        self.head = torch.nn.Linear(F * D, 1)
+        self.losses: list[float] = []
+
+    def training_step(self, batch, batch_idx):
+        ids, y = batch
+        kjt = KeyedJaggedTensor.from_lengths_sync(
+            keys=[f"f{i}" for i in range(F)],
+            values=ids.t().reshape(-1),
+            lengths=torch.ones(ids.numel(), dtype=torch.int32),
+        )
+        logits = self.head(self.ebc(kjt).values()).squeeze(-1)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y)
+        self.losses.append(float(loss))
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.head.parameters(), lr=0.05)
+
+
+def main() -> None:
+    out, name = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "torchrec_table_wise")
+    pl.seed_everything(0, verbose=False)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, ROWS, (2048, F), generator=g)
+    y = (ids[:, 0] < ROWS // 2).float()  # the label is a function of feature f0's id
+    loader = DataLoader(TensorDataset(ids, y), batch_size=64, shuffle=False)
+    model = TinyRec()
+    trainer = pl.Trainer(
+        strategy=name,
+        accelerator="cpu",
+        devices=2,
+        max_epochs=2,
+        enable_progress_bar=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, loader)
+    strategy = trainer.strategy
+    plan = {
+        t: (ps.sharding_type, ps.ranks)
+        for m in strategy.sharding_plan.plan.values()
+        for t, ps in m.items()
+    }
+    local = {
+        k: [tuple(s.tensor.shape) for s in v.local_shards()]
+        for k, v in model.ebc.state_dict().items()
+    }
+    result = dict(
+        rank=trainer.global_rank,
+        world_size=trainer.world_size,
+        strategy=type(strategy).__name__,
+        plan=plan,
+        local_shards=local,
+        losses=model.losses,
+    )
+    with open(f"{out}.rank{trainer.global_rank}", "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()

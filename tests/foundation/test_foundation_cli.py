@@ -1,0 +1,212 @@
+"""``python -m rocmtrain`` as users run it (real subprocesses): every recipe composes and
+dry-runs, ``--cfg job`` prints the composed config, and bad input gives one clear error line
+naming the field and the fix, exit code 2 and no traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES = sorted(p.stem for p in (REPO / "recipes").glob("*.yaml"))
+
+
+def run_cli(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    return run_many([list(args)], cwd=cwd, timeout=timeout)[0]
+
+
+def run_many(
+    arg_lists: list[list[str]], *, cwd: Path, timeout: int = 300
+) -> list[subprocess.CompletedProcess]:
+    """Run several ``python -m rocmtrain`` commands at once (each is mostly import time)."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    procs = [
+        (
+            args,
+            subprocess.Popen(
+                [sys.executable, "-m", "rocmtrain", *args],
+                cwd=cwd,
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            ),
+        )
+        for args in arg_lists
+    ]
+    done = []
+    for args, proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+    return done
+
+
+def compose(recipe: str, *overrides: str):
+    """Compose in-process with Hydra's compose API (what the CLI composes), as a RunConfig."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from rocmtrain.config.schema import configs_dir, register_configs, to_run_config
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(configs_dir()), version_base="1.3"):
+        cfg = hydra_compose("rocmtrain", overrides=[f"recipe={recipe}", "run_dir=r", *overrides])
+    return to_run_config(cfg)
+
+
+def test_recipes_exist():
+    assert {"dlrm_cpu", "dlrm_mi250", "dlrm_mi300", "dlrm_dcnv2_h200"} <= set(RECIPES)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_recipe_composes_typed_and_valid(recipe):
+    from rocmtrain.config.schema import RunConfig, validate_run_config
+
+    cfg = compose(recipe)
+    assert isinstance(cfg, RunConfig) and cfg.recipe == recipe
+    validate_run_config(cfg)
+    text = (REPO / "recipes" / f"{recipe}.yaml").read_text()
+    assert text.startswith("# @package _global_")
+    for group in ("model", "data", "strategy", "precision", "rccl", "cluster"):
+        assert f"override /{group}:" in text, f"{recipe} has no {group} section"
+
+
+def test_recipe_specifics():
+    cpu = compose("dlrm_cpu")
+    assert (cpu.trainer.accelerator, cpu.world_size, cpu.strategy.sharding_type) == (
+        "cpu",
+        2,
+        "table_wise",
+    )
+    assert cpu.kernel == "fbgemm"
+    mi250, mi300 = compose("dlrm_mi250"), compose("dlrm_mi300")
+    assert mi250.trainer.devices == 8 and mi300.trainer.devices == 8
+    assert mi300.precision.mode == "bf16-mixed" and mi250.precision.mode == "32"
+    h200 = compose("dlrm_dcnv2_h200")
+    m = h200.model
+    assert m.interaction == "dcn" and m.dcn_num_layers == 3 and m.dcn_low_rank_dim == 512
+    assert m.embedding_dim == 128 and m.num_features == 26
+    assert m.multi_hot_sizes == [
+        3,
+        2,
+        1,
+        2,
+        6,
+        1,
+        1,
+        1,
+        1,
+        7,
+        3,
+        8,
+        1,
+        6,
+        9,
+        5,
+        1,
+        1,
+        1,
+        12,
+        100,
+        27,
+        10,
+        3,
+        1,
+        1,
+    ]
+    assert m.dense_arch_layer_sizes == [512, 256, 128]
+    assert m.over_arch_layer_sizes == [1024, 1024, 512, 256, 1]
+    assert h200.data.batch_size * h200.world_size == 65536
+    two = compose("dlrm_dcnv2_h200", "trainer.devices=2")
+    assert two.data.batch_size == 32768  # global batch stays 65536
+
+
+def check_dry_run(recipe: str, out: str) -> None:
+    cfg = compose(recipe)
+    assert f"rocmtrain dry run: recipe {recipe}" in out
+    assert f"world size      {cfg.world_size} =" in out
+    plan = [line.split() for line in out.splitlines() if line.strip().startswith("t_cat_")]
+    assert sorted(row[0] for row in plan) == sorted(
+        f"t_cat_{i}" for i in range(cfg.model.num_features)
+    )
+    for row in plan:
+        ranks = [int(r) for r in row[4].strip("[]").split(",")]
+        assert all(0 <= r < cfg.world_size for r in ranks)
+        if cfg.strategy.sharding_type != "auto":
+            assert row[1] == cfg.strategy.sharding_type
+    assert "environment" in out and "TORCH_NCCL_ASYNC_ERROR_HANDLING=3" in out
+    assert f"python -m rocmtrain recipe={recipe}" in out
+
+
+@pytest.mark.slow
+def test_dry_run_subprocess_cpu_and_mi300(tmp_path):
+    """The two dry runs the issue names, exactly as a user types them (mi300 on a CPU box)."""
+    recipes = ["dlrm_cpu", "dlrm_mi300"]
+    runs = run_many(
+        [[f"recipe={r}", "dry_run=true", f"run_dir={tmp_path}/{r}"] for r in recipes], cwd=tmp_path
+    )
+    for recipe, p in zip(recipes, runs, strict=True):
+        assert p.returncode == 0, p.stderr[-3000:]
+        check_dry_run(recipe, p.stdout)
+        assert f"run dir: {tmp_path}/{recipe}" in p.stderr
+        assert not (tmp_path / recipe / "checkpoints").exists()  # nothing trained
+    cpu_rows = [ln.split() for ln in runs[0].stdout.splitlines() if ln.strip().startswith("t_cat_")]
+    assert {row[4] for row in cpu_rows} == {"[0]", "[1]"}  # table-wise over both ranks
+
+
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if r not in ("dlrm_cpu", "dlrm_mi300")])
+def test_every_recipe_dry_runs(recipe, capsys):
+    """The other recipes' plans in-process (the CLI's own print_plan; cpu and mi300 run as
+    subprocesses above)."""
+    from rocmtrain.cli import print_plan
+
+    print_plan(compose(recipe), [f"recipe={recipe}"])
+    check_dry_run(recipe, capsys.readouterr().out)
+
+
+def test_cfg_job_prints_composed_config(tmp_path):
+    p = run_cli("recipe=dlrm_mi250", "--cfg", "job", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    cfg = yaml.safe_load(p.stdout)
+    assert cfg["recipe"] == "dlrm_mi250" and cfg["trainer"]["devices"] == 8
+    assert cfg["model"]["embedding_dim"] == 128 and "rccl" in cfg and "cluster" in cfg
+
+
+BAD = {
+    "unknown_recipe": (["recipe=dlrm_nope"], ["recipe", "dlrm_nope", "dlrm_cpu"]),
+    "misspelled_key": (["model.embeding_dim=8"], ["embeding_dim", "--cfg job"]),
+    "wrong_type": (["trainer.devices=two"], ["trainer.devices", "two"]),
+    "bad_value": (
+        ["strategy.sharding_type=diagonal", "dry_run=true"],
+        ["strategy.sharding_type='diagonal'", "choose one of", "row_wise"],
+    ),
+    "plan_does_not_fit": (
+        ["dry_run=true", "strategy.ddr_cap_gb=0.00001"],
+        ["world size 2", "cannot hold the sharding plan", "trainer.devices", "max_rows_per_table"],
+    ),
+    "missing_data_file": (
+        ["data=criteo_tsv", "data.path=/nonexistent/day_0.tsv"],
+        ["data.path", "/nonexistent/day_0.tsv", "data=synthetic"],
+    ),
+    "gpu_recipe_without_gpu": (
+        ["recipe=dlrm_mi300"],
+        ["dlrm_mi300", "needs 8 GPU(s)", "python -m rocmtrain recipe=dlrm_cpu"],
+    ),
+}
+
+
+@pytest.mark.slow
+def test_bad_input_is_one_clear_error(tmp_path):
+    cases = sorted(BAD)
+    runs = run_many([[*BAD[c][0], f"run_dir={tmp_path}/{c}"] for c in cases], cwd=tmp_path)
+    for case, p in zip(cases, runs, strict=True):
+        text = p.stdout + p.stderr
+        assert p.returncode == 2, (case, text[-3000:])
+        assert "Traceback" not in text, (case, text[-3000:])
+        for needle in BAD[case][1]:
+            assert needle in text, (case, needle, text[-3000:])
