@@ -102,6 +102,9 @@ def read_criteo_text(
 ) -> CriteoRows:
     """Parse raw Criteo TSV/CSV rows (one file or a folder) into memory.
 
+    Files are streamed in chunks of ``CHUNK_ROWS`` lines and parsed with vectorised numpy
+    (dense floats and hex ids), so memory is the parsed arrays (~260 bytes a row) plus a chunk.
+
     Raises:
         DataConfigError: naming the file and line of a malformed row.
     """
@@ -109,23 +112,20 @@ def read_criteo_text(
     remaining = max_rows
     for file in text_files(path):
         with _open_text(file) as fh:
-            lines = fh.read().splitlines()
-        first = lines[0] if lines else ""
-        has_header = first.startswith("label")
-        fmt = file_format
-        if fmt == "auto":
-            fmt = "csv" if has_header or ("\t" not in first and "," in first) else "tsv"
-        delimiter = "," if fmt == "csv" else "\t"
-        start = 1 if has_header else 0
-        lines = [ln for ln in lines[start:] if ln.strip()]
-        if remaining is not None:
-            lines = lines[:remaining]
-            remaining -= len(lines)
-        if lines:
-            d, s, lab = _parse_lines(lines, delimiter, file=file, first_line=start + 1, field=field)
-            dense.append(d)
-            sparse.append(s)
-            labels.append(lab)
+            first = fh.readline().rstrip("\r\n")
+            has_header = first.startswith("label")
+            fmt = file_format
+            if fmt == "auto":
+                fmt = "csv" if has_header or ("\t" not in first and "," in first) else "tsv"
+            delimiter = "," if fmt == "csv" else "\t"
+            head = [] if has_header or not first.strip() else [(1, first)]
+            for chunk in _line_chunks(head, fh, limit=remaining):
+                d, s, lab = _parse_lines(chunk, delimiter, file=file, field=field)
+                dense.append(d)
+                sparse.append(s)
+                labels.append(lab)
+                if remaining is not None:
+                    remaining -= len(chunk)
         if remaining == 0:
             break
     if not dense:
@@ -135,11 +135,34 @@ def read_criteo_text(
     return CriteoRows(dense, sparse, labels)
 
 
+CHUNK_ROWS = 1 << 16
+
+
+def _line_chunks(head: list[tuple[int, str]], fh, *, limit: int | None):
+    """Non-blank ``(line number, text)`` lists of up to ``CHUNK_ROWS``, at most ``limit`` in all."""
+    chunk, total = list(head), len(head)
+    for number, line in enumerate(fh, start=2):
+        if limit is not None and total >= limit:
+            break
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        chunk.append((number, line))
+        total += 1
+        if len(chunk) == CHUNK_ROWS:
+            yield chunk
+            chunk = []
+    if limit is not None:
+        chunk = chunk[: max(0, limit - (total - len(chunk)))]
+    if chunk:
+        yield chunk
+
+
 def _parse_lines(
-    lines: list[str], delimiter: str, *, file: Path, first_line: int, field: str
+    lines: list[tuple[int, str]], delimiter: str, *, file: Path, field: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    cells = [ln.split(delimiter) for ln in lines]
-    for i, row in enumerate(cells):
+    cells = [text.split(delimiter) for _, text in lines]
+    for (number, _), row in zip(lines, cells, strict=True):
         if len(row) != NUM_COLUMNS:
             hint = (
                 " (39 columns: a Criteo test file without labels cannot train)"
@@ -148,15 +171,14 @@ def _parse_lines(
             )
             sep = "tab" if delimiter == "\t" else "comma"
             raise DataConfigError(
-                f"data.{field}: {file}:{first_line + i} has {len(row)} {sep}-separated columns, "
+                f"data.{field}: {file}:{number} has {len(row)} {sep}-separated columns, "
                 f"expected {NUM_COLUMNS} (label, I1-I13, C1-C26){hint}; check data.file_format "
                 f"(tsv|csv) and the file"
             )
     table = np.array(cells, dtype=str)
     try:
         head = table[:, : 1 + INT_FEATURE_COUNT]
-        numeric = np.where(head == "", "0", head)
-        numeric = numeric.astype(np.float64)
+        numeric = np.where(head == "", "0", head).astype(np.float64)
     except ValueError as err:
         raise DataConfigError(
             f"data.{field}: {file} has a non-numeric label or I1-I13 value ({err}); "
@@ -166,21 +188,38 @@ def _parse_lines(
     bad = np.flatnonzero((label != 0) & (label != 1))
     if bad.size:
         raise DataConfigError(
-            f"data.{field}: {file}:{first_line + int(bad[0])} has label {label[bad[0]]!r}; "
+            f"data.{field}: {file}:{lines[int(bad[0])][0]} has label {label[bad[0]]:g}; "
             f"Criteo labels are 0 or 1"
         )
     dense = np.log1p(np.maximum(numeric[:, 1:], 0.0)).astype(np.float32)
-    try:
-        sparse = np.array(
-            [[int(c, 16) if c else 0 for c in row[1 + INT_FEATURE_COUNT :]] for row in cells],
-            dtype=np.int64,
-        )
-    except ValueError as err:
-        raise DataConfigError(
-            f"data.{field}: {file} has a categorical value that is not hexadecimal ({err}); "
-            f"C1-C26 must be hex ids or empty"
-        ) from err
+    sparse = parse_hex(table[:, 1 + INT_FEATURE_COUNT :], file=file, field=field)
     return dense, sparse, label.astype(np.float32)
+
+
+_HEX_VALUE = np.full(128, -1, dtype=np.int64)
+for _i, _c in enumerate("0123456789abcdef"):
+    _HEX_VALUE[ord(_c)] = _HEX_VALUE[ord(_c.upper())] = _i
+
+
+def parse_hex(cells: np.ndarray, *, file: Path | str = "", field: str = "path") -> np.ndarray:
+    """``int(c, 16)`` of every cell of a unicode array (empty -> 0), vectorised; int64."""
+    width = cells.dtype.itemsize // 4
+    if width == 0:
+        return np.zeros(cells.shape, dtype=np.int64)
+    codes = np.ascontiguousarray(cells).view(np.uint32).reshape(*cells.shape, width)
+    lengths = (codes != 0).sum(axis=-1)
+    position = np.arange(width)
+    used = position < lengths[..., None]
+    digits = _HEX_VALUE[np.minimum(codes, 127)]
+    bad = (used & ((digits < 0) | (codes > 127))).any(axis=-1) | (lengths > 15)
+    if bad.any():
+        value = cells[np.unravel_index(int(np.flatnonzero(bad)[0]), bad.shape)]
+        raise DataConfigError(
+            f"data.{field}: {file} has categorical value {value!r}, not a hex id of at most 15 "
+            f"digits; C1-C26 must be hex ids or empty"
+        )
+    exponent = np.clip(lengths[..., None] - 1 - position, 0, None)
+    return np.where(used, digits << (4 * exponent), 0).sum(axis=-1)
 
 
 # ---- TorchRec .npy ---------------------------------------------------------------------------

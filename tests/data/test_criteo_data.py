@@ -14,7 +14,8 @@ import torch
 from torchrec.datasets.criteo import BinaryCriteoUtils
 
 from rocmtrain.config.data import DataConfig, DataConfigError
-from rocmtrain.data import build_datamodule
+from rocmtrain.data import build_datamodule, criteo
+from rocmtrain.data.criteo import parse_hex
 
 ROWS = [1000, 997, 50_000, 7, 65_536, 3, 10, 100, 1_000_003, 2, 11, 13, 17] + [1009] * 13
 
@@ -213,3 +214,30 @@ def test_malformed_rows_and_mismatched_model_are_reported(data_dir, tmp_path):
         _dm(data_dir / "sample_train.txt", batch_size=4096)
     with pytest.raises(DataConfigError, match=r"val split has 1 rows, fewer than the 2 ranks"):
         _dm(data_dir / "sample_train.txt", val_fraction=0.01, world_size=2)
+
+
+def test_parse_hex_matches_python_int_on_edge_cases():
+    cells = np.array([["68fd1e64", "", "A73EE510", "f", "0", "fffffffffffffff"]])
+    want = [int(c or "0", 16) for c in cells[0]]
+    assert parse_hex(cells).tolist() == [want]
+    with pytest.raises(DataConfigError, match=r"'zz'.*not a hex id"):
+        parse_hex(np.array([["12", "zz"]]))
+    with pytest.raises(DataConfigError, match=r"at most 15"):
+        parse_hex(np.array([["1" * 16]]))
+
+
+def test_chunked_streaming_keeps_rows_line_numbers_and_max_rows(data_dir, tmp_path, monkeypatch):
+    src = data_dir / "sample_train.txt"
+    whole_dense, whole_ids, whole_labels = _all(_dm(src, val_fraction=0.0).train_dataloader())
+    monkeypatch.setattr(criteo, "CHUNK_ROWS", 7)  # 100 rows -> 15 chunks
+    dense, ids, labels = _all(_dm(src, val_fraction=0.0).train_dataloader())
+    assert torch.equal(dense, whole_dense) and torch.equal(ids, whole_ids)
+    assert torch.equal(labels, whole_labels)
+    capped = _all(_dm(src, val_fraction=0.0, max_rows=30).train_dataloader())[0]
+    assert torch.equal(capped, whole_dense[:30])
+    lines = src.read_text().splitlines()
+    bad = tmp_path / "gap.tsv"  # a blank line 3, then a bad label on line 12
+    bad_row = "7" + lines[10][1:]
+    bad.write_text("\n".join(lines[:2] + [""] + lines[2:10] + [bad_row] + lines[11:20]) + "\n")
+    with pytest.raises(DataConfigError, match=r"gap\.tsv:12 has label 7;"):
+        _dm(bad)
