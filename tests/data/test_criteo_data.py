@@ -14,8 +14,8 @@ import torch
 from torchrec.datasets.criteo import BinaryCriteoUtils
 
 from rocmtrain.config.data import DataConfig, DataConfigError
-from rocmtrain.data import build_datamodule, criteo
-from rocmtrain.data.criteo import parse_hex
+from rocmtrain.data import build_datamodule, criteo_files
+from rocmtrain.data.criteo_files import parse_hex
 
 ROWS = [1000, 997, 50_000, 7, 65_536, 3, 10, 100, 1_000_003, 2, 11, 13, 17] + [1009] * 13
 
@@ -229,7 +229,7 @@ def test_parse_hex_matches_python_int_on_edge_cases():
 def test_chunked_streaming_keeps_rows_line_numbers_and_max_rows(data_dir, tmp_path, monkeypatch):
     src = data_dir / "sample_train.txt"
     whole_dense, whole_ids, whole_labels = _all(_dm(src, val_fraction=0.0).train_dataloader())
-    monkeypatch.setattr(criteo, "CHUNK_ROWS", 7)  # 100 rows -> 15 chunks
+    monkeypatch.setattr(criteo_files, "CHUNK_ROWS", 7)  # 100 rows -> 15 chunks
     dense, ids, labels = _all(_dm(src, val_fraction=0.0).train_dataloader())
     assert torch.equal(dense, whole_dense) and torch.equal(ids, whole_ids)
     assert torch.equal(labels, whole_labels)
