@@ -7,9 +7,8 @@ Raw rows (``data.kind=criteo_tsv``), 40 columns ``label, I1..I13, C1..C26``; emp
 
 Transforms: dense ``log(1 + max(x, 0))`` (missing = 0); categorical ``int(hex, 16) % rows[f]``
 (missing = 0), the same id TorchRec's ``.npy`` pipeline gives (``BinaryCriteoUtils.tsv_to_npys``
-then ``% hashes``). Raw files are parsed into memory once (:mod:`rocmtrain.data.criteo_files`); for
-the full 45M-row Kaggle set or the
-1TB logs, convert them with TorchRec's ``torchrec/datasets/scripts/npy_preproc_criteo.py`` and use
+then ``% hashes``). Raw files are parsed into memory once (:mod:`rocmtrain.data.criteo_files`);
+convert the 1TB logs with TorchRec's ``torchrec/datasets/scripts/npy_preproc_criteo.py`` and use
 
 ``data.kind=criteo_npy``: ``<path>/day_<X>_dense.npy`` (float32 ``[N, 13]``, already
 log-transformed by TorchRec), ``day_<X>_sparse.npy`` (int ``[N, 26]``, raw ids, taken
