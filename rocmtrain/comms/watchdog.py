@@ -267,6 +267,8 @@ class Watchdog:
         if declared:
             self._respond(json.loads(declared))
         if not (self.cfg.monitor_every_rank or self.rank in (0, self.world_size - 1)):
+            if len(self._beats) < self.world_size:  # learn the peers' pids once (dead-peer checks)
+                self._observe(hb)
             return
         beats, stale_s, timeout = self._observe(hb)
         dead = self._dead_peers(beats)

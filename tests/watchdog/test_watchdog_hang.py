@@ -67,7 +67,8 @@ def test_stalled_rank_is_named_and_all_exit_requeue(
         timeout=timeout,
         learn=learn,
         floor=2.0,
-        channel=channel,
+        channel=channel.removesuffix("-every"),
+        every=channel.endswith("-every"),
         steps=10_000,
     )
     exits = _join(procs, 120)
