@@ -38,7 +38,7 @@ from torchrec.modules.embedding_configs import (
     data_type_to_dtype,
 )
 from torchrec.modules.embedding_modules import EmbeddingBagCollectionInterface
-from torchrec.optim.fused import EmptyFusedOptimizer, FusedOptimizer
+from torchrec.optim.fused import FusedOptimizer
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
 from rocmtrain.embedding.dp import gathered_update
@@ -166,10 +166,10 @@ class EmbeddingBagCollection(EmbeddingBagCollectionInterface):
         """(Re)register ``embedding_bags.<t>.weight`` as views of the TBE buffers."""
         for group in self._groups:
             for cfg, w in zip(group.tables, group.tbe.split_embedding_weights(), strict=True):
+                # requires_grad=False: updated in backward, never gets a .grad, so dense
+                # optimizers and DDP skip it. (No ``_in_backward_optimizers`` marker: DDP would
+                # install its optimizer-overlap hooks for it.)
                 param = nn.Parameter(w, requires_grad=False)
-                # updated in backward: dense optimizers built with torchrec's
-                # in_backward_optimizer_filter skip it, as for torchrec's fused tables
-                param._in_backward_optimizers = [EmptyFusedOptimizer()]  # type: ignore[attr-defined]
                 self.embedding_bags[cfg.name]._parameters["weight"] = param
 
     def _apply(self, fn: Any, recurse: bool = True) -> EmbeddingBagCollection:

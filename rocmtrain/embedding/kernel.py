@@ -198,4 +198,3 @@ class RocmBatchedFusedEmbeddingBag(BaseBatchedEmbeddingBag[torch.Tensor], FusedO
 
     def extra_repr(self) -> str:
         return f"backend={self._emb_module.backend_name}"
-

@@ -42,7 +42,9 @@ ROWS = {"f0": 37, "f1": 50, "f2": 50, "f3": 23}
 TOTAL_DIM = 8 + 12 + 12 + 4
 
 
-def make_kjt(batch: int, seed: int, *, max_len: int = 4, hot_row: bool = False) -> KeyedJaggedTensor:
+def make_kjt(
+    batch: int, seed: int, *, max_len: int = 4, hot_row: bool = False
+) -> KeyedJaggedTensor:
     """Key-major KJT with empty bags and duplicate ids; ``hot_row``: id 3 of f0 in every bag."""
     g = torch.Generator().manual_seed(seed)
     lengths, values = [], []
@@ -76,7 +78,8 @@ class SparseModel(nn.Module):
         self.over = nn.Linear(TOTAL_DIM, 1)
 
     def forward(self, kjt: KeyedJaggedTensor) -> torch.Tensor:
-        return self.over(self.ebc(kjt).values()).squeeze(1)
+        d = self.ebc(kjt).to_dict()  # a sharded EBC may order its output keys differently
+        return self.over(torch.cat([d[f] for f in FEATURES], dim=1)).squeeze(1)
 
 
 def reference_state(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -144,7 +147,7 @@ def build_dmp(
     sharders = get_sharders(kernel) or [EmbeddingBagCollectionSharder()]
     ebc = EmbeddingBagCollection(tables=table_configs(), device=torch.device("meta"))
     model = SparseModel(ebc)
-    apply_optimizer_in_backward(optimizer, model.ebc.parameters(), opt_kwargs)
+    apply_optimizer_in_backward(optimizer, model.ebc.parameters(), dict(opt_kwargs))
     topology = TopologyFactory.create_topology(
         trainer_config=TrainerConfig(world_size=world, local_world_size=world),
         kernel_config=KernelConfig(compute_device="cpu"),
@@ -161,7 +164,7 @@ def build_dmp(
         plan=plan,
         sharders=sharders,
     )
-    dmp.load_state_dict(init)
+    dmp.load_state_dict({k: v.clone() for k, v in init.items()})  # the hooks edit it in place
     dense = KeyedOptimizerWrapper(
         dict(in_backward_params(dmp)), lambda params: torch.optim.SGD(params, lr=0.1)
     )
@@ -172,3 +175,123 @@ def in_backward_params(dmp: nn.Module):
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
     return in_backward_optimizer_filter(dmp.named_parameters())
+
+
+# ------------------------------------------------------------------ the 2-rank session
+BATCH = 8
+STEPS = 6
+
+
+def batch(step: int, rank: int, world: int) -> tuple[KeyedJaggedTensor, torch.Tensor]:
+    seed = step * world + rank
+    return make_kjt(BATCH, seed=seed, hot_row=step % 2 == 0), make_labels(BATCH, seed=seed)
+
+
+def train(model: nn.Module, dense: torch.optim.Optimizer, rank: int, world: int, steps) -> list:
+    losses = []
+    for step in steps:
+        kjt, y = batch(step, rank, world)
+        loss = ((model(kjt) - y) ** 2).mean()
+        dense.zero_grad()
+        loss.backward()
+        dense.step()
+        losses.append(loss.item())
+    return losses
+
+
+def fp64_pooled(state: dict, kjt: KeyedJaggedTensor, *, prefix: str = "") -> torch.Tensor:
+    """Pooled bags in float64 (F.embedding_bag per feature), torchrec's column order."""
+    cols = []
+    jt = kjt.to_dict()
+    for cfg in table_configs():
+        w = state[f"{prefix}embedding_bags.{cfg.name}.weight"].double()
+        for f in cfg.feature_names:
+            j = jt[f]
+            psw = j.weights().double() if j.weights_or_none() is not None else None
+            pooled = torch.nn.functional.embedding_bag(
+                j.values(), w, j.offsets()[:-1], mode="sum", per_sample_weights=psw
+            )
+            if cfg.pooling == PoolingType.MEAN:  # mean of the (weighted) rows; 0 if empty
+                pooled = pooled / j.lengths().clamp(min=1).double()[:, None]
+            cols.append(pooled)
+    return torch.cat(cols, dim=1)
+
+
+def fp64_forward(init: dict[str, torch.Tensor], kjt: KeyedJaggedTensor) -> torch.Tensor:
+    """The unsharded model in float64."""
+    pooled = fp64_pooled(init, kjt, prefix="ebc.")
+    return (pooled @ init["over.weight"].double().T + init["over.bias"].double()).squeeze(1)
+
+
+def session(rank: int, world: int, tmp: str) -> dict[str, Any]:
+    """Everything the distributed tests check, in one spawn (imports dominate the runtime)."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.nn.parallel import DistributedDataParallel
+    from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+    from rocmtrain.embedding import EmbeddingBagCollection as RocmEBC
+    from rocmtrain.kernels import OptimizerSpec
+
+    init = reference_state()
+    adagrad = (RowWiseAdagrad, {"lr": 0.1, "eps": 1e-8})
+    sgd = (torch.optim.SGD, {"lr": 0.5})
+    res: dict[str, Any] = {}
+    kjt0, _ = batch(0, rank, world)
+    for st in ("table_wise", "row_wise"):
+        for opt_name, (opt, kw) in (("adagrad", adagrad), ("sgd", sgd)):
+            # TorchRec's own sharder offers row_wise only on CUDA: the CPU FBGEMM reference
+            # curve is the table-wise one (the sharding does not change the math)
+            for kernel in ("torch", "fbgemm") if st == "table_wise" else ("torch",):
+                dmp, dense = build_dmp(kernel, st, optimizer=opt, opt_kwargs=kw, init=init)
+                key = f"{st}/{opt_name}/{kernel}"
+                if opt_name == "adagrad":
+                    with torch.no_grad():
+                        res[f"{key}/forward"] = dmp(kjt0).double()
+                    res[f"{key}/plan"] = sorted(
+                        (t, p.compute_kernel) for t, p in dmp.plan.plan["ebc"].items()
+                    )
+                res[f"{key}/losses"] = train(dmp, dense, rank, world, range(STEPS))
+                if st == "row_wise" and opt_name == "adagrad" and kernel == "torch":
+                    # DCP round trip: save, continue 3 steps; fresh DMP + load, same 3 steps
+                    state = {"model": dmp.state_dict(), "optim": dmp.fused_optimizer.state_dict()}
+                    res["sd_types"] = {k: type(v).__name__ for k, v in state["model"].items()}
+                    res["optim_keys"] = sorted(state["optim"]["state"])
+                    dcp.save(state, checkpoint_id=f"{tmp}/dcp")
+                    steps = range(STEPS, STEPS + 3)
+                    res["dcp/continued"] = train(dmp, dense, rank, world, steps)
+                    fresh, fdense = build_dmp(kernel, st, optimizer=opt, opt_kwargs=kw, init=init)
+                    state = {
+                        "model": fresh.state_dict(),
+                        "optim": fresh.fused_optimizer.state_dict(),
+                    }
+                    dcp.load(state, checkpoint_id=f"{tmp}/dcp")
+                    fresh.load_state_dict(state["model"])
+                    fresh.fused_optimizer.load_state_dict(state["optim"])
+                    # the dense SGD has no state: the resumed run matches from here
+                    res["dcp/resumed"] = train(fresh, fdense, rank, world, steps)
+                del dmp, dense
+    res["fp64/forward"] = fp64_forward(init, kjt0)
+
+    # Triton kernels (interpreter on CPU) through the sharded path: forward == torch backend
+    dmp, dense = build_dmp("triton", "row_wise", optimizer=RowWiseAdagrad, opt_kwargs=adagrad[1],
+                           init=init)  # fmt: skip
+    with torch.no_grad():
+        res["triton/forward"] = dmp(kjt0).double()
+    res["triton/losses"] = train(dmp, dense, rank, world, range(2))  # fused backward too
+    del dmp, dense
+
+    # data parallel drop-in EBC: replicated tables, sparse all-gather update == DMP's curve
+    torch.manual_seed(0)
+    ebc = RocmEBC(
+        table_configs(),
+        optimizer=OptimizerSpec("rowwise_adagrad", lr=0.1, eps=1e-8),
+        process_group=dist.group.WORLD,
+    )
+    model = SparseModel(ebc)
+    model.load_state_dict(init)
+    ddp = DistributedDataParallel(model)
+    dense = torch.optim.SGD([p for p in ddp.parameters() if p.requires_grad], lr=0.1)
+    res["dp/losses"] = train(ddp, dense, rank, world, range(STEPS))
+    res["dp/weights"] = {k: v.clone() for k, v in model.ebc.state_dict().items()}
+    return res

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from emb_workers import make_kjt, table_configs
+from emb_workers import fp64_pooled, make_kjt, table_configs
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.modules.embedding_modules import EmbeddingBagCollection as TorchrecEBC
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
@@ -16,7 +16,8 @@ from rocmtrain.embedding import EmbeddingBagCollection
 from rocmtrain.kernels import OptimizerSpec
 
 
-def _pair(spec: OptimizerSpec = OptimizerSpec(), *, weighted: bool = False):
+def _pair(spec: OptimizerSpec | None = None, *, weighted: bool = False):
+    spec = spec or OptimizerSpec()
     torch.manual_seed(0)
     ref = TorchrecEBC(tables=table_configs(), is_weighted=weighted)
     ours = EmbeddingBagCollection(table_configs(), is_weighted=weighted, optimizer=spec)
@@ -27,9 +28,7 @@ def _pair(spec: OptimizerSpec = OptimizerSpec(), *, weighted: bool = False):
 def _weighted(kjt: KeyedJaggedTensor, seed: int) -> KeyedJaggedTensor:
     g = torch.Generator().manual_seed(seed)
     w = torch.rand(kjt.values().numel(), generator=g) + 0.5
-    return KeyedJaggedTensor(
-        keys=kjt.keys(), values=kjt.values(), lengths=kjt.lengths(), weights=w
-    )
+    return KeyedJaggedTensor(keys=kjt.keys(), values=kjt.values(), lengths=kjt.lengths(), weights=w)
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -43,25 +42,8 @@ def test_forward_matches_torchrec_and_fp64(weighted):
         exp = ref(kjt)
         assert kt.keys() == exp.keys() and kt.length_per_key() == exp.length_per_key()
         torch.testing.assert_close(kt.values(), exp.values(), rtol=1e-5, atol=1e-6)
-    ref64 = fp64_reference(ref.state_dict(), kjt, weighted=weighted)
+    ref64 = fp64_pooled(ref.state_dict(), kjt)
     torch.testing.assert_close(kt.values().double(), ref64, rtol=1e-5, atol=1e-6)
-
-
-def fp64_reference(state: dict, kjt: KeyedJaggedTensor, *, weighted: bool) -> torch.Tensor:
-    """Pooled bags in float64 with F.embedding_bag, per feature, in torchrec's column order."""
-    cols = []
-    jt = kjt.to_dict()
-    for cfg in table_configs():
-        w = state[f"embedding_bags.{cfg.name}.weight"].double()
-        for f in cfg.feature_names:
-            j = jt[f]
-            psw = j.weights().double() if weighted else None
-            pooled = torch.nn.functional.embedding_bag(
-                j.values(), w, j.offsets()[:-1], mode="sum", per_sample_weights=psw)
-            if cfg.pooling.value == "MEAN":  # mean of the (weighted) rows, 0 for empty bags
-                pooled = pooled / j.lengths().clamp(min=1).double()[:, None]
-            cols.append(pooled)  # fmt: skip
-    return torch.cat(cols, dim=1)
 
 
 def test_key_order_of_input_does_not_matter():
