@@ -97,8 +97,8 @@ class DLRMModule(pl.LightningModule):
         self.log_dict({k: v for k, v in row.items() if k != "epoch"}, sync_dist=True)
         self.history.append(row)
         self._last_val = {}
-        if self.verbose and self.global_rank == 0:
-            print(format_epoch(row, self.trainer.max_epochs), flush=True)
+        if self.verbose:  # rank 0 only, through the progress bar so lines do not interleave
+            self.print(format_epoch(row, self.trainer.max_epochs))
 
     # -- validation --------------------------------------------------------------------------
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
