@@ -33,7 +33,7 @@ import triton.language as tl
 from .arch import backward_config, forward_config
 from .layout import TBELayout
 from .optim import OptimizerSpec
-from .tbe_forward import _device_info
+from .tbe_forward import _device_info, _uniform_dim, _vec
 
 _OPT_CODE = {"sgd": 0, "rowwise_adagrad": 1, "adam": 2}
 
@@ -42,13 +42,13 @@ _OPT_CODE = {"sgd": 0, "rowwise_adagrad": 1, "adam": 2}
 def _update_rows(
     weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, rmask, D, w, g,
     lr, eps, beta1, beta2, wd, c1, c2, seed,
-    OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr,
+    OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, VEC: tl.constexpr,
 ):  # fmt: skip
     """Update rows ``[C, BLOCK_D]`` (``rmask`` [C] selects rows) from fp32 ``w`` and summed ``g``.
 
     Stores the weights (stochastic rounding if ``SR``) and the fp32 optimizer state.
     """
-    m = rmask[:, None] & (ds[None, :] < D[:, None])
+    m = rmask[:, None] & ((ds[None, :] // VEC) < (D[:, None] // VEC))  # VEC | D: vector masks
     ptr = wrow[:, None] + ds[None, :]
     if OPT == 0:
         new = w - lr * (g + wd * w)
@@ -117,6 +117,7 @@ def _bwd_chunk_kernel(
     lr, eps, beta1, beta2, wd, c1, c2, seed,
     OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, HAS_PSW: tl.constexpr,
     MEAN: tl.constexpr, NEED_DPSW: tl.constexpr, CHUNK: tl.constexpr,
+    VEC: tl.constexpr, DIM: tl.constexpr,
     BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     """BLOCK_C consecutive chunks; their sorted positions are one contiguous range, walked
@@ -133,13 +134,17 @@ def _bwd_chunk_kernel(
     single = (kprev != key) & (knext != key)
     slot = 2 * (start // CHUNK) + ((start % CHUNK) != 0).to(tl.int64)
     f0 = tl.load(sorted_bags_ptr + start, mask=kv, other=0) // B
-    D = tl.load(f_dim_ptr + f0, mask=kv, other=0)
+    if DIM > 0:  # every table has this dim: compile-time D (static masks, 16-byte accesses)
+        D = tl.full([BLOCK_C], DIM, tl.int32)
+    else:
+        D = tl.load(f_dim_ptr + f0, mask=kv, other=0)
     wrow = (
         tl.load(f_woff_ptr + f0, mask=kv, other=0)
         + (key - tl.load(f_roff_ptr + f0, mask=kv, other=0)) * D
     )
+    wrow = tl.multiple_of(wrow, VEC)
     ds = tl.arange(0, BLOCK_D)
-    dm = kv[:, None] & (ds[None, :] < D[:, None])
+    dm = kv[:, None] & ((ds[None, :] // VEC) < (D[:, None] // VEC))
     w = tl.load(weights_ptr + wrow[:, None] + ds[None, :], mask=dm, other=0.0).to(tl.float32)
     qs = tl.arange(0, BLOCK_P)
     acc = tl.zeros([BLOCK_C, BLOCK_D], dtype=tl.float32)
@@ -152,11 +157,14 @@ def _bwd_chunk_kernel(
         bag = tl.load(sorted_bags_ptr + q, mask=qv, other=0)
         f = bag // B
         b = (bag - f * B).to(tl.int64)
-        doff = tl.load(f_doff_ptr + f, mask=qv, other=0)
-        dq = tl.load(f_dim_ptr + f, mask=qv, other=0)
+        doff = tl.multiple_of(tl.load(f_doff_ptr + f, mask=qv, other=0), VEC)
+        if DIM > 0:
+            dq = tl.full([BLOCK_P], DIM, tl.int32)
+        else:
+            dq = tl.load(f_dim_ptr + f, mask=qv, other=0)
         g = tl.load(
             go_ptr + b[:, None] * go_stride + doff[:, None] + ds[None, :],
-            mask=qv[:, None] & (ds[None, :] < dq[:, None]),
+            mask=qv[:, None] & ((ds[None, :] // VEC) < (dq[:, None] // VEC)),
             other=0.0,
         ).to(tl.float32)  # [P, D]
         if MEAN:
@@ -174,7 +182,7 @@ def _bwd_chunk_kernel(
             g = g * tl.load(psw_ptr + orig, mask=qv, other=0.0).to(tl.float32)[:, None]
         acc += tl.sum(sel * g[None, :, :], axis=1)
     _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, kv & single, D, w,
-                 acc, lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP)  # fmt: skip
+                 acc, lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP, VEC)  # fmt: skip
     pptr = partial_ptr + slot[:, None] * BLOCK_D + ds[None, :]
     tl.store(pptr, acc, mask=dm & (~single)[:, None])
 
@@ -185,6 +193,7 @@ def _bwd_hot_kernel(
     N, B, total_rows, f_woff_ptr, f_roff_ptr, f_dim_ptr,
     lr, eps, beta1, beta2, wd, c1, c2, seed,
     OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, CHUNK: tl.constexpr,
+    VEC: tl.constexpr, DIM: tl.constexpr,
     NBITS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     """Program t owns the hot segment (longer than one tile) whose last chunk starts at tile
@@ -209,13 +218,17 @@ def _bwd_hot_kernel(
         hi = tl.where(srch & ~right, mid, hi)
     ts = lo // CHUNK  # first tile of the segment; its chunk there is slot 2*ts + (lo % CHUNK != 0)
     f0 = tl.load(sorted_bags_ptr + p0, mask=own, other=0) // B
-    D = tl.load(f_dim_ptr + f0, mask=own, other=0)
+    if DIM > 0:
+        D = tl.full([1], DIM, tl.int32)
+    else:
+        D = tl.load(f_dim_ptr + f0, mask=own, other=0)
     wrow = (
         tl.load(f_woff_ptr + f0, mask=own, other=0)
         + (key - tl.load(f_roff_ptr + f0, mask=own, other=0)) * D
     )
+    wrow = tl.multiple_of(wrow, VEC)
     ds = tl.arange(0, BLOCK_D)
-    dm = own[:, None] & (ds[None, :] < D[:, None])
+    dm = own[:, None] & ((ds[None, :] // VEC) < (D[:, None] // VEC))
     w = tl.load(weights_ptr + wrow[:, None] + ds[None, :], mask=dm, other=0.0).to(tl.float32)
     g = tl.zeros([BLOCK_D], dtype=tl.float32)
     js = tl.arange(0, BLOCK_T)
@@ -226,10 +239,10 @@ def _bwd_hot_kernel(
         j = j0 + js
         slot = 2 * j + ((j == first) & mid_start).to(tl.int64)
         g += tl.sum(tl.load(partial_ptr + slot[:, None] * BLOCK_D + ds[None, :],
-                            mask=(j <= last)[:, None] & (ds[None, :] < tl.max(D, axis=0)),
+                            mask=(j <= last)[:, None] & dm,
                             other=0.0), axis=0)  # fmt: skip
     _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, own, D, w, g[None, :],
-                 lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP)  # fmt: skip
+                 lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP, VEC)  # fmt: skip
 
 
 def _nonzero_padded(flags: torch.Tensor, n: int) -> torch.Tensor:
@@ -300,6 +313,7 @@ def backward_update(
         c1=1.0 - spec.beta1**step, c2=1.0 - spec.beta2**step, seed=int(seed),
         OPT=_OPT_CODE[spec.kind], SR=bool(stochastic_rounding and weights.dtype != torch.float32),
         SR_DROP=16 if weights.dtype == torch.bfloat16 else 13, CHUNK=chunk,
+        VEC=_vec(layout), DIM=_uniform_dim(layout),
     )  # fmt: skip
     dummy = torch.empty(1, dtype=torch.float32, device=dev)
     mom = states.get("momentum", dummy)

@@ -43,6 +43,7 @@ def _tbe_fwd_kernel(
     HAS_PSW: tl.constexpr,
     MEAN: tl.constexpr,
     VEC: tl.constexpr,
+    DIM: tl.constexpr,
     BAGS: tl.constexpr,
     BLOCK_L: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -50,7 +51,10 @@ def _tbe_fwd_kernel(
     pid_b = tl.program_id(0)
     f = tl.program_id(1)
     pid_d = tl.program_id(2)
-    D = tl.load(f_dim_ptr + f)
+    if DIM > 0:  # every table has this dim: compile-time D (static masks, 16-byte loads)
+        D = DIM
+    else:
+        D = tl.load(f_dim_ptr + f)
     woff = tl.load(f_woff_ptr + f)
     rows = tl.load(f_rows_ptr + f)
     doff = tl.load(f_doff_ptr + f)
@@ -65,7 +69,7 @@ def _tbe_fwd_kernel(
 
     ls = tl.arange(0, BLOCK_L)
     ds = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    dmask = ds < D
+    dmask = (ds // VEC) < (D // VEC)  # == ds < D (VEC divides D); keeps masks VEC-constant
     acc = tl.zeros([BAGS, BLOCK_L, BLOCK_D], dtype=tl.float32)
     for l0 in range(0, max_len, BLOCK_L):
         pos = start[:, None] + l0 + ls[None, :]  # [BAGS, BLOCK_L]
@@ -97,6 +101,12 @@ def _vec(layout: TBELayout) -> int:
     return max(1, min(16, g & -g))
 
 
+def _uniform_dim(layout: TBELayout) -> int:
+    """The dim when all tables share it (a compile-time constant for the kernels), else 0."""
+    dims = set(layout.table_dims)
+    return dims.pop() if len(dims) == 1 else 0
+
+
 @functools.cache
 def _device_info(index: int | None) -> DeviceInfo:
     return device_info(index or 0)
@@ -109,7 +119,7 @@ def _launch(cfg: LaunchConfig, layout, weights, indices, offsets, psw, out, pool
         weights, indices, offsets, psw if psw is not None else weights, out,
         meta.weights_offset, meta.rows, meta.dim, meta.d_offsets,
         B, out.stride(0),
-        HAS_PSW=psw is not None, MEAN=pooling == "mean", VEC=_vec(layout),
+        HAS_PSW=psw is not None, MEAN=pooling == "mean", VEC=_vec(layout), DIM=_uniform_dim(layout),
         BAGS=cfg.bags, BLOCK_L=cfg.block_l, BLOCK_D=cfg.block_d,
         **cfg.launch_kwargs(),
     )  # fmt: skip
