@@ -95,14 +95,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(rank: int, fn: Callable[..., Any], world: int, port: int, out: str, args: tuple) -> None:
+def _entry(
+    rank: int, fn: Callable[..., Any], world: int, port: int, out: str, backend: str, args: tuple
+) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world), RANK=str(rank)
     )
+    if backend == "gloo":  # CPU ranks: Triton kernels run in the interpreter (read at first use)
+        os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        torch.cuda.set_device(rank)
     torch.set_num_threads(1)
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group(backend, rank=rank, world_size=world)
     try:
         result = fn(rank, world, *args)
         torch.save(result, Path(out) / f"result_{rank}.pt")
@@ -110,10 +116,11 @@ def _entry(rank: int, fn: Callable[..., Any], world: int, port: int, out: str, a
         dist.destroy_process_group()
 
 
-def run_ranks(fn: Callable[..., Any], world: int, *args: Any) -> list[Any]:
-    """Run ``fn(rank, world, *args)`` on ``world`` spawned gloo ranks; each rank's return value."""
+def run_ranks(fn: Callable[..., Any], world: int, *args: Any, backend: str = "gloo") -> list[Any]:
+    """Run ``fn(rank, world, *args)`` on ``world`` spawned ranks (gloo on CPU, or nccl with one
+    GPU per rank); each rank's return value."""
     with tempfile.TemporaryDirectory() as out:
-        mp.spawn(_entry, args=(fn, world, free_port(), out, args), nprocs=world, join=True)
+        mp.spawn(_entry, args=(fn, world, free_port(), out, backend, args), nprocs=world, join=True)
         return [torch.load(Path(out) / f"result_{r}.pt", weights_only=False) for r in range(world)]
 
 
@@ -124,6 +131,7 @@ def build_dmp(
     optimizer: type[torch.optim.Optimizer],
     opt_kwargs: dict[str, Any],
     init: dict[str, torch.Tensor],
+    device: torch.device | None = None,
 ) -> tuple[nn.Module, torch.optim.Optimizer]:
     """DMP over :class:`SparseModel` (tables on meta, sharded by the real planner), loaded with
     the full ``init`` state; returns ``(dmp, dense SGD optimizer)``."""
@@ -144,13 +152,14 @@ def build_dmp(
     from rocmtrain.embedding import get_sharders
 
     world = dist.get_world_size()
+    device = device or torch.device("cpu")
     sharders = get_sharders(kernel) or [EmbeddingBagCollectionSharder()]
     ebc = EmbeddingBagCollection(tables=table_configs(), device=torch.device("meta"))
     model = SparseModel(ebc)
     apply_optimizer_in_backward(optimizer, model.ebc.parameters(), dict(opt_kwargs))
     topology = TopologyFactory.create_topology(
         trainer_config=TrainerConfig(world_size=world, local_world_size=world),
-        kernel_config=KernelConfig(compute_device="cpu"),
+        kernel_config=KernelConfig(compute_device=device.type),
     )
     constraints = {
         t.name: ParameterConstraints(sharding_types=[sharding_type]) for t in table_configs()
@@ -160,7 +169,7 @@ def build_dmp(
     dmp = DistributedModelParallel(
         model,
         env=ShardingEnv.from_process_group(dist.group.WORLD),
-        device=torch.device("cpu"),
+        device=device,
         plan=plan,
         sharders=sharders,
     )
@@ -189,8 +198,10 @@ def batch(step: int, rank: int, world: int) -> tuple[KeyedJaggedTensor, torch.Te
 
 def train(model: nn.Module, dense: torch.optim.Optimizer, rank: int, world: int, steps) -> list:
     losses = []
+    device = next(p for p in model.parameters() if p.requires_grad).device
     for step in steps:
         kjt, y = batch(step, rank, world)
+        kjt, y = kjt.to(device), y.to(device)
         loss = ((model(kjt) - y) ** 2).mean()
         dense.zero_grad()
         loss.backward()
@@ -294,4 +305,30 @@ def session(rank: int, world: int, tmp: str) -> dict[str, Any]:
     dense = torch.optim.SGD([p for p in ddp.parameters() if p.requires_grad], lr=0.1)
     res["dp/losses"] = train(ddp, dense, rank, world, range(STEPS))
     res["dp/weights"] = {k: v.clone() for k, v in model.ebc.state_dict().items()}
+    return res
+
+
+def gpu_session(rank: int, world: int) -> dict[str, Any]:
+    """GPU: kernel=triton (compiled) vs kernel=fbgemm (FBGEMM CUDA TBE), TW and RW, on nccl."""
+    from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+    device = torch.device("cuda", rank)
+    init = reference_state()
+    res: dict[str, Any] = {}
+    kjt0, _ = batch(0, rank, world)
+    res["fp64/forward"] = fp64_forward(init, kjt0)
+    for st in ("table_wise", "row_wise"):
+        for opt_name, opt, kw in (
+            ("adagrad", RowWiseAdagrad, {"lr": 0.1, "eps": 1e-8}),
+            ("sgd", torch.optim.SGD, {"lr": 0.5}),
+        ):
+            for kernel in ("triton", "fbgemm"):
+                dmp, dense = build_dmp(
+                    kernel, st, optimizer=opt, opt_kwargs=kw, init=init, device=device
+                )
+                key = f"{st}/{opt_name}/{kernel}"
+                with torch.no_grad():
+                    res[f"{key}/forward"] = dmp(kjt0.to(device)).double().cpu()
+                res[f"{key}/losses"] = train(dmp, dense, rank, world, range(STEPS))
+                del dmp, dense
     return res
