@@ -308,6 +308,7 @@ class Watchdog:
                 and b.host == HOST
                 and b.pid_ns == PID_NS
                 and not pid_alive(b.pid)
+                and not (self.attempt_dir / f"exited_rank{r}").exists()  # left by its watchdog
             ):
                 self._dead_since[r] = now
         if not self._dead_since:
@@ -461,6 +462,9 @@ class Watchdog:
         return exit_codes.FAILURE if cause == "peer_failed" else self.cfg.exit_code
 
     def _exit(self, code: int) -> None:
+        with contextlib.suppress(Exception):  # peers must not take this exit for the culprit
+            self.attempt_dir.mkdir(parents=True, exist_ok=True)
+            (self.attempt_dir / f"exited_rank{self.rank}").write_text(str(code))
         for h in logging.getLogger().handlers:
             with contextlib.suppress(Exception):
                 h.flush()
