@@ -196,3 +196,22 @@ def test_deterministic_mode_is_bitwise_repeatable(backend):
 
 def test_tolerance_table_covers_dtypes():
     assert set(TOL) == set(DTYPES)
+
+
+def test_state_dict_round_trip_resumes_identically():
+    """weights, fp32 states and the step count travel in state_dict: a resumed module takes the
+    same next step as the uninterrupted one (Adam's bias correction depends on the step)."""
+    opt = OptimizerSpec("adam", lr=0.05)
+    a = _module("torch", optimizer=opt, seed=2)
+    cases = [make_case(TABLES, FMAP, B=6, seed=s) for s in (20, 21)]
+    out = a(cases[0].indices, cases[0].offsets)
+    out.backward(torch.ones_like(out))
+    sd = {k: v.clone() if torch.is_tensor(v) else v for k, v in a.state_dict().items()}
+    assert {"weights", "exp_avg", "exp_avg_sq"} <= set(sd)
+    b = _module("torch", optimizer=opt, seed=99)
+    b.load_state_dict(sd)
+    assert b.step == 1
+    for m in (a, b):
+        out = m(cases[1].indices, cases[1].offsets)
+        out.backward(torch.ones_like(out))
+    assert torch.equal(a.weights, b.weights) and torch.equal(a.exp_avg_sq, b.exp_avg_sq)
