@@ -42,6 +42,8 @@ NO_EFFECT_KEYS = frozenset(
         "embedding_table_index_type",
         "embedding_table_offset_type",
         "max_gradient",
+        "enforce_hbm",  # our weights always live in device memory
+        "multipass_prefetch_config",
     }
 )
 
@@ -91,7 +93,9 @@ def tbe_options(fused_params: dict[str, Any] | None) -> tuple[OptimizerSpec, dic
 
     Accepted keys: ``optimizer``, ``learning_rate``/``lr``, ``eps``, ``beta1``, ``beta2``,
     ``betas`` (torch.optim.Adam style), ``weight_decay``, ``output_dtype``, ``weights_precision``,
-    ``stochastic_rounding``, ``deterministic``, ``bounds_check``, ``seed``, the no-effect keys in
+    ``stochastic_rounding``, ``deterministic``, ``bounds_check``, ``bounds_check_mode`` (FBGEMM's
+    ``BoundsCheckMode``: ``NONE`` turns our check off, any other mode turns it on and a bad id
+    raises), ``seed``, the no-effect keys in
     :data:`NO_EFFECT_KEYS`, and torch optimizer kwargs at their defaults (``momentum=0``,
     ``lr_decay=0``, ``initial_accumulator_value=0``, ``amsgrad=False`` ...). Anything else raises
     :class:`FusedParamsError` naming the key.
@@ -117,6 +121,11 @@ def tbe_options(fused_params: dict[str, Any] | None) -> tuple[OptimizerSpec, dic
     for key in ("stochastic_rounding", "deterministic", "bounds_check"):
         if key in p:
             extra[key] = bool(p.pop(key))
+    if "bounds_check_mode" in p:
+        # FBGEMM: FATAL raises, WARNING/IGNORE clamp bad ids, NONE skips the check. Ours raises
+        # a clear error for any bad id when the check is on (never reads out of bounds).
+        mode = p.pop("bounds_check_mode")
+        extra["bounds_check"] = getattr(mode, "name", str(mode)).upper() != "NONE"
     if "seed" in p:
         extra["seed"] = int(p.pop("seed"))
     # torch optimizer kwargs that are fine at their default value only

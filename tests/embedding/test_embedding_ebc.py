@@ -97,6 +97,12 @@ def test_training_rowwise_adagrad_matches_torchrec_rowwise_adagrad():
     assert st["embedding_bags.t1.weight"]["t1.momentum"].shape == (50,)
 
 
+def test_one_adam_step_matches_torch_adam_on_torchrec():
+    # lazy Adam == torch Adam for one step (untouched rows have zero moments, so do not move)
+    ref, ours = _pair(OptimizerSpec("adam", lr=0.01, eps=1e-8))
+    _train(ref, ours, lambda p: torch.optim.Adam(p, lr=0.01, eps=1e-8), steps=1)
+
+
 def test_fused_optimizer_state_round_trip_and_lr():
     a = EmbeddingBagCollection(table_configs(), optimizer=OptimizerSpec("rowwise_adagrad", lr=0.1))
     kjt = make_kjt(8, seed=9)

@@ -93,3 +93,13 @@ def test_real_planner_places_tables_on_customized_kernel(device, sharding_type):
 def test_planner_refuses_sharding_types_we_do_not_serve():
     with pytest.raises(RuntimeError, match="No available sharding type"):
         _plan(2, "cpu", "column_wise")
+
+
+def test_planner_side_fused_params_are_understood():
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import BoundsCheckMode
+
+    _, extra = tbe_options({"bounds_check_mode": BoundsCheckMode.NONE, "enforce_hbm": True,
+                            "stochastic_rounding": False})  # fmt: skip
+    assert extra == {"bounds_check": False, "stochastic_rounding": False}
+    _, extra = tbe_options({"bounds_check_mode": BoundsCheckMode.WARNING})
+    assert extra == {"bounds_check": True}
