@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torchmetrics import Metric
+from torchmetrics.classification import BinaryAUROC
 
 
 class NormalizedEntropy(Metric):
@@ -68,3 +69,42 @@ class NormalizedEntropy(Metric):
             + (1 - rate) * torch.log((1 - rate).clamp(min=self.eps))
         )
         return (self.cross_entropy_sum / self.count) / base.clamp(min=self.eps)
+
+
+class BinnedBinaryAUROC(BinaryAUROC):
+    """``torchmetrics.classification.BinaryAUROC(thresholds=T)`` with an O(B) update.
+
+    torchmetrics' own binned update loops over all ``T`` thresholds (several kernels each) once a
+    batch has more than 50k predictions, i.e. ~``4 T`` kernel launches per step for a GPU batch
+    of 65536 (seconds per step at ``T = 10000``). This update adds the identical confusion-matrix
+    state with one ``bucketize`` and one ``bincount`` and never syncs with the device::
+
+        auc = BinnedBinaryAUROC(thresholds=10000)
+        auc.update(probs, labels); auc.compute()       # same value as BinaryAUROC
+    """
+
+    def update(self, preds: torch.Tensor, target: torch.Tensor) -> None:
+        if self.thresholds is None:  # exact (unbinned) mode: torchmetrics' own update
+            super().update(preds, target)
+            return
+        self.confmat += binned_confmat(preds, target, self.thresholds).to(self.confmat.device)
+
+
+def binned_confmat(
+    preds: torch.Tensor, target: torch.Tensor, thresholds: torch.Tensor
+) -> torch.Tensor:
+    """``[T, 2, 2]`` counts ``[[TN, FP], [FN, TP]]`` with ``pred >= thresholds[t]`` as positive."""
+    probs = preds.detach().reshape(-1).to(thresholds.dtype)
+    pos = target.reshape(-1) == 1
+    t = thresholds.numel()
+    # bucket k = number of thresholds <= p, so p >= thresholds[i] <=> k >= i + 1
+    bucket = torch.bucketize(probs, thresholds, right=True)
+    hist = torch.bincount(bucket + (t + 1) * pos.long(), minlength=2 * (t + 1)).view(2, t + 1)
+    ge = hist.flip(1).cumsum(1).flip(1)[:, 1:]  # [neg/pos, T]: count with p >= thresholds[i]
+    total = hist.sum(1, keepdim=True)
+    confmat = torch.empty(t, 2, 2, dtype=torch.long, device=probs.device)
+    confmat[:, 0, 1] = ge[0]
+    confmat[:, 0, 0] = total[0] - ge[0]
+    confmat[:, 1, 1] = ge[1]
+    confmat[:, 1, 0] = total[1] - ge[1]
+    return confmat

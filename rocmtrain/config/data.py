@@ -89,6 +89,14 @@ class DataConfig:
     batches are generated as they are needed). False: the same ``num_train_batches`` batches
     every epoch, reshuffled, pre-generated in memory."""
 
+    cache_batches: int = 0
+    """Synthetic only, for GPU throughput runs: pre-generate this many distinct training batches
+    per rank once (deterministic, the planted signal intact) and cycle them for the epoch's
+    ``num_train_batches`` (batch ``i`` of an epoch is cached batch ``i % cache_batches``, or of
+    its shuffled order). Takes generation (~0.5 s per 65,536 x 214-id batch on one core) off the
+    training loop. With ``pin_memory=true`` the cached batches are pinned once (on CUDA/ROCm
+    builds with a GPU). 0 = generate every batch when it is needed (the default)."""
+
     signal_strength: float = 1.0
     """Synthetic only: scale of the hidden logit (0 = labels are pure noise at ``base_ctr``;
     1 gives a Bayes-optimal AUC of about 0.9)."""
@@ -120,6 +128,10 @@ class DataConfig:
         for name, value in positive.items():
             if not isinstance(value, int) or value < 1:
                 _fail(name, value, "use a positive integer")
+        if not isinstance(self.cache_batches, int) or self.cache_batches < 0:
+            _fail("cache_batches", self.cache_batches, "use 0 (off) or a positive batch count")
+        if self.cache_batches and self.kind != "synthetic":
+            _fail("cache_batches", self.cache_batches, "only synthetic data is cached; set 0")
         if self.num_workers < 0:
             _fail("num_workers", self.num_workers, "use 0 (main process) or a positive count")
         if not 0.0 <= self.val_fraction < 1.0:

@@ -73,7 +73,9 @@ class RecDataModule(pl.LightningDataModule):
         self.val_source = self._factory("val", self.rank, self.world_size)
 
     def _loader_kwargs(self) -> dict[str, Any]:
-        return {"num_workers": self.cfg.num_workers, "pin_memory": self.cfg.pin_memory}
+        # cached synthetic batches are pinned once by the source: do not copy them again per batch
+        pin = self.cfg.pin_memory and not (self.cfg.kind == "synthetic" and self.cfg.cache_batches)
+        return {"num_workers": self.cfg.num_workers, "pin_memory": pin}
 
     def train_dataloader(self) -> PositionedLoader:
         """The training loader (one per datamodule: it carries the data position)."""
