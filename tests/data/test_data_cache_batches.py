@@ -36,7 +36,10 @@ def test_cached_batches_cycle_deterministically_and_resume_exactly():
     # the cached batches are the generator's own blocks 0..2 (planted signal intact)
     plain = _dm(cache_batches=0).train_source
     assert all(any(_same(d, plain.block(k, None)) for k in range(3)) for d in distinct)
-    assert all(_same(a, b) for a, b in zip(epoch, _dm(cache_batches=3).train_dataloader()))
+    assert all(
+        _same(a, b)
+        for a, b in zip(epoch, list(_dm(cache_batches=3).train_dataloader()), strict=True)
+    )
     # resume in the middle of the epoch: the same batches as the uninterrupted run
     resumed = _dm(cache_batches=3)
     resumed.load_state_dict({"epoch": 0, "batch": 4})
