@@ -125,66 +125,67 @@ def _bwd_chunk_kernel(
     cs = tl.program_id(0).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
     start = tl.load(chunk_start_ptr + cs, mask=cs < n_rows, other=N)  # GPU: padded with N
     cm = start < N
-    end = tl.load(chunk_start_ptr + cs + 1, mask=cs + 1 < n_rows, other=N)
-    key = tl.load(sorted_keys_ptr + start, mask=cm, other=total_rows).to(tl.int64)
-    kv = cm & (key < total_rows)  # the sentinel key marks out-of-range indices: no update
-    # does the chunk begin / end its row's segment?
-    kprev = tl.load(sorted_keys_ptr + start - 1, mask=kv & (start > 0), other=-1).to(tl.int64)
-    knext = tl.load(sorted_keys_ptr + end, mask=kv & (end < N), other=-1).to(tl.int64)
-    single = (kprev != key) & (knext != key)
-    slot = 2 * (start // CHUNK) + ((start % CHUNK) != 0).to(tl.int64)
-    f0 = tl.load(sorted_bags_ptr + start, mask=kv, other=0) // B
-    if DIM > 0:  # every table has this dim: compile-time D (static masks, 16-byte accesses)
-        D = tl.full([BLOCK_C], DIM, tl.int32)
-    else:
-        D = tl.load(f_dim_ptr + f0, mask=kv, other=0)
-    wrow = (
-        tl.load(f_woff_ptr + f0, mask=kv, other=0)
-        + (key - tl.load(f_roff_ptr + f0, mask=kv, other=0)) * D
-    )
-    wrow = tl.multiple_of(wrow, VEC)
-    ds = tl.arange(0, BLOCK_D)
-    dm = kv[:, None] & ((ds[None, :] // VEC) < (D[:, None] // VEC))
-    w = tl.load(weights_ptr + wrow[:, None] + ds[None, :], mask=dm, other=0.0).to(tl.float32)
-    qs = tl.arange(0, BLOCK_P)
-    acc = tl.zeros([BLOCK_C, BLOCK_D], dtype=tl.float32)
-    pstart = tl.min(start, axis=0)
-    pend = tl.max(tl.where(cm, end, 0), axis=0)
-    for q0 in range(pstart, pend, BLOCK_P):
-        q = q0 + qs  # sorted positions
-        own = (q[None, :] >= start[:, None]) & (q[None, :] < end[:, None]) & kv[:, None]
-        qv = tl.max(own.to(tl.int32), axis=0) > 0  # [P]: position of a valid chunk
-        bag = tl.load(sorted_bags_ptr + q, mask=qv, other=0)
-        f = bag // B
-        b = (bag - f * B).to(tl.int64)
-        doff = tl.multiple_of(tl.load(f_doff_ptr + f, mask=qv, other=0), VEC)
-        if DIM > 0:
-            dq = tl.full([BLOCK_P], DIM, tl.int32)
+    if tl.max(cm.to(tl.int32), axis=0) > 0:  # grid is sized by N: padding programs exit
+        end = tl.load(chunk_start_ptr + cs + 1, mask=cs + 1 < n_rows, other=N)
+        key = tl.load(sorted_keys_ptr + start, mask=cm, other=total_rows).to(tl.int64)
+        kv = cm & (key < total_rows)  # the sentinel key marks out-of-range indices: no update
+        # does the chunk begin / end its row's segment?
+        kprev = tl.load(sorted_keys_ptr + start - 1, mask=kv & (start > 0), other=-1).to(tl.int64)
+        knext = tl.load(sorted_keys_ptr + end, mask=kv & (end < N), other=-1).to(tl.int64)
+        single = (kprev != key) & (knext != key)
+        slot = 2 * (start // CHUNK) + ((start % CHUNK) != 0).to(tl.int64)
+        f0 = tl.load(sorted_bags_ptr + start, mask=kv, other=0) // B
+        if DIM > 0:  # every table has this dim: compile-time D (static masks, 16-byte accesses)
+            D = tl.full([BLOCK_C], DIM, tl.int32)
         else:
-            dq = tl.load(f_dim_ptr + f, mask=qv, other=0)
-        g = tl.load(
-            go_ptr + b[:, None] * go_stride + doff[:, None] + ds[None, :],
-            mask=qv[:, None] & ((ds[None, :] // VEC) < (dq[:, None] // VEC)),
-            other=0.0,
-        ).to(tl.float32)  # [P, D]
-        if MEAN:
-            n = tl.load(offsets_ptr + bag + 1, mask=qv, other=1) - tl.load(
-                offsets_ptr + bag, mask=qv, other=0
-            )
-            g = g / tl.maximum(n, 1).to(tl.float32)[:, None]
-        sel = own.to(tl.float32)[:, :, None]  # [C, P, 1] one-hot: position -> its chunk
-        if NEED_DPSW or HAS_PSW:
-            orig = tl.load(perm_ptr + q, mask=qv, other=0)
-        if NEED_DPSW:
-            wq = tl.sum(sel * w[:, None, :], axis=0)  # [P, D] the row each position read
-            tl.store(dpsw_ptr + orig, tl.sum(g * wq, axis=1), mask=qv)
-        if HAS_PSW:
-            g = g * tl.load(psw_ptr + orig, mask=qv, other=0.0).to(tl.float32)[:, None]
-        acc += tl.sum(sel * g[None, :, :], axis=1)
-    _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, kv & single, D, w,
-                 acc, lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP, VEC)  # fmt: skip
-    pptr = partial_ptr + slot[:, None] * BLOCK_D + ds[None, :]
-    tl.store(pptr, acc, mask=dm & (~single)[:, None])
+            D = tl.load(f_dim_ptr + f0, mask=kv, other=0)
+        wrow = (
+            tl.load(f_woff_ptr + f0, mask=kv, other=0)
+            + (key - tl.load(f_roff_ptr + f0, mask=kv, other=0)) * D
+        )
+        wrow = tl.multiple_of(wrow, VEC)
+        ds = tl.arange(0, BLOCK_D)
+        dm = kv[:, None] & ((ds[None, :] // VEC) < (D[:, None] // VEC))
+        w = tl.load(weights_ptr + wrow[:, None] + ds[None, :], mask=dm, other=0.0).to(tl.float32)
+        qs = tl.arange(0, BLOCK_P)
+        acc = tl.zeros([BLOCK_C, BLOCK_D], dtype=tl.float32)
+        pstart = tl.min(start, axis=0)
+        pend = tl.max(tl.where(cm, end, 0), axis=0)
+        for q0 in range(pstart, pend, BLOCK_P):
+            q = q0 + qs  # sorted positions
+            own = (q[None, :] >= start[:, None]) & (q[None, :] < end[:, None]) & kv[:, None]
+            qv = tl.max(own.to(tl.int32), axis=0) > 0  # [P]: position of a valid chunk
+            bag = tl.load(sorted_bags_ptr + q, mask=qv, other=0)
+            f = bag // B
+            b = (bag - f * B).to(tl.int64)
+            doff = tl.multiple_of(tl.load(f_doff_ptr + f, mask=qv, other=0), VEC)
+            if DIM > 0:
+                dq = tl.full([BLOCK_P], DIM, tl.int32)
+            else:
+                dq = tl.load(f_dim_ptr + f, mask=qv, other=0)
+            g = tl.load(
+                go_ptr + b[:, None] * go_stride + doff[:, None] + ds[None, :],
+                mask=qv[:, None] & ((ds[None, :] // VEC) < (dq[:, None] // VEC)),
+                other=0.0,
+            ).to(tl.float32)  # [P, D]
+            if MEAN:
+                n = tl.load(offsets_ptr + bag + 1, mask=qv, other=1) - tl.load(
+                    offsets_ptr + bag, mask=qv, other=0
+                )
+                g = g / tl.maximum(n, 1).to(tl.float32)[:, None]
+            sel = own.to(tl.float32)[:, :, None]  # [C, P, 1] one-hot: position -> its chunk
+            if NEED_DPSW or HAS_PSW:
+                orig = tl.load(perm_ptr + q, mask=qv, other=0)
+            if NEED_DPSW:
+                wq = tl.sum(sel * w[:, None, :], axis=0)  # [P, D] the row each position read
+                tl.store(dpsw_ptr + orig, tl.sum(g * wq, axis=1), mask=qv)
+            if HAS_PSW:
+                g = g * tl.load(psw_ptr + orig, mask=qv, other=0.0).to(tl.float32)[:, None]
+            acc += tl.sum(sel * g[None, :, :], axis=1)
+        _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, kv & single, D, w,
+                     acc, lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP, VEC)  # fmt: skip
+        pptr = partial_ptr + slot[:, None] * BLOCK_D + ds[None, :]
+        tl.store(pptr, acc, mask=dm & (~single)[:, None])
 
 
 @triton.jit
@@ -207,42 +208,45 @@ def _bwd_hot_kernel(
     kprev = tl.load(sorted_keys_ptr + p0 - 1, mask=kv, other=-1).to(tl.int64)
     knext = tl.load(sorted_keys_ptr + p0 + CHUNK, mask=kv & (p0 + CHUNK < N), other=-1)
     own = kv & (kprev == key) & (knext.to(tl.int64) != key)
-    lo = p0 * 0
-    hi = tl.where(own, p0, 0)
-    for _ in range(NBITS):  # lower_bound(key) in sorted_keys[0:p0]
-        srch = lo < hi
-        mid = (lo + hi) // 2
-        km = tl.load(sorted_keys_ptr + mid, mask=srch, other=0).to(tl.int64)
-        right = km < key
-        lo = tl.where(srch & right, mid + 1, lo)
-        hi = tl.where(srch & ~right, mid, hi)
-    ts = lo // CHUNK  # first tile of the segment; its chunk there is slot 2*ts + (lo % CHUNK != 0)
-    f0 = tl.load(sorted_bags_ptr + p0, mask=own, other=0) // B
-    if DIM > 0:
-        D = tl.full([1], DIM, tl.int32)
-    else:
-        D = tl.load(f_dim_ptr + f0, mask=own, other=0)
-    wrow = (
-        tl.load(f_woff_ptr + f0, mask=own, other=0)
-        + (key - tl.load(f_roff_ptr + f0, mask=own, other=0)) * D
-    )
-    wrow = tl.multiple_of(wrow, VEC)
-    ds = tl.arange(0, BLOCK_D)
-    dm = own[:, None] & ((ds[None, :] // VEC) < (D[:, None] // VEC))
-    w = tl.load(weights_ptr + wrow[:, None] + ds[None, :], mask=dm, other=0.0).to(tl.float32)
-    g = tl.zeros([BLOCK_D], dtype=tl.float32)
-    js = tl.arange(0, BLOCK_T)
-    first = tl.max(tl.where(own, ts, t + 1), axis=0)
-    last = tl.max(t, axis=0)
-    mid_start = tl.max(((lo % CHUNK) != 0).to(tl.int32), axis=0) != 0
-    for j0 in range(first, last + 1, BLOCK_T):
-        j = j0 + js
-        slot = 2 * j + ((j == first) & mid_start).to(tl.int64)
-        g += tl.sum(tl.load(partial_ptr + slot[:, None] * BLOCK_D + ds[None, :],
-                            mask=(j <= last)[:, None] & dm,
-                            other=0.0), axis=0)  # fmt: skip
-    _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, own, D, w, g[None, :],
-                 lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP, VEC)  # fmt: skip
+    if tl.max(own.to(tl.int32), axis=0) > 0:  # most tiles own no hot row: exit early
+        lo = p0 * 0
+        hi = tl.where(own, p0, 0)
+        for _ in range(NBITS):  # lower_bound(key) in sorted_keys[0:p0]
+            srch = lo < hi
+            mid = (lo + hi) // 2
+            km = tl.load(sorted_keys_ptr + mid, mask=srch, other=0).to(tl.int64)
+            right = km < key
+            lo = tl.where(srch & right, mid + 1, lo)
+            hi = tl.where(srch & ~right, mid, hi)
+        ts = (
+            lo // CHUNK
+        )  # first tile of the segment; its chunk there is slot 2*ts + (lo % CHUNK != 0)
+        f0 = tl.load(sorted_bags_ptr + p0, mask=own, other=0) // B
+        if DIM > 0:
+            D = tl.full([1], DIM, tl.int32)
+        else:
+            D = tl.load(f_dim_ptr + f0, mask=own, other=0)
+        wrow = (
+            tl.load(f_woff_ptr + f0, mask=own, other=0)
+            + (key - tl.load(f_roff_ptr + f0, mask=own, other=0)) * D
+        )
+        wrow = tl.multiple_of(wrow, VEC)
+        ds = tl.arange(0, BLOCK_D)
+        dm = own[:, None] & ((ds[None, :] // VEC) < (D[:, None] // VEC))
+        w = tl.load(weights_ptr + wrow[:, None] + ds[None, :], mask=dm, other=0.0).to(tl.float32)
+        g = tl.zeros([BLOCK_D], dtype=tl.float32)
+        js = tl.arange(0, BLOCK_T)
+        first = tl.max(tl.where(own, ts, t + 1), axis=0)
+        last = tl.max(t, axis=0)
+        mid_start = tl.max(((lo % CHUNK) != 0).to(tl.int32), axis=0) != 0
+        for j0 in range(first, last + 1, BLOCK_T):
+            j = j0 + js
+            slot = 2 * j + ((j == first) & mid_start).to(tl.int64)
+            g += tl.sum(tl.load(partial_ptr + slot[:, None] * BLOCK_D + ds[None, :],
+                                mask=(j <= last)[:, None] & dm,
+                                other=0.0), axis=0)  # fmt: skip
+        _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, own, D, w, g[None, :],
+                     lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP, VEC)  # fmt: skip
 
 
 def _nonzero_padded(flags: torch.Tensor, n: int) -> torch.Tensor:
