@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# End-to-end GPU benchmark (issue 9) in ONE command: plain TorchRec anchor vs `python -m rocmtrain`
+# (recipe dlrm_dcnv2_h200: DLRM-DCNv2, 26 tables D=128 MLPerf multi-hot, rows capped at 10 M,
+# global batch 65536, synthetic planted-signal data), 1 and 2 GPUs, kernel=fbgemm and kernel=triton,
+# bf16 (interaction under autocast) and fp32, plus a torch.profiler breakdown and val AUC per epoch.
+#
+#   scripts/bench/bench_e2e_gpu.sh                 # 2xH200 (or 1 GPU: the 2-GPU stages are skipped)
+#   scripts/bench/bench_e2e_gpu.sh --cpu-smoke     # tiny tables, gloo, 2 CPU ranks: tests the logic
+#
+# Options: --out DIR (default $OUT or ./e2e_out; results go to DIR/e2e/), --budget-s S (default 540:
+# stages that would not fit are skipped and listed), --only a,b (stage names).
+# Every stage runs under `timeout`; after each stage DIR/e2e/{summary.md,results.json} are
+# rewritten, so a partial run still reports. DIR/e2e/logs.tar.gz holds every stage's log and the
+# small files of every run dir (throughput.json, monitor/step_stats.json, profile/top_kernels*.md).
+set -u -o pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+MODE=gpu
+OUT_DIR=${OUT:-$PWD/e2e_out}
+BUDGET=540
+ONLY=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --cpu-smoke) MODE=cpu ;;
+    --out) OUT_DIR=$2; shift ;;
+    --budget-s) BUDGET=$2; shift ;;
+    --only) ONLY=$2; shift ;;
+    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    *) echo "bench_e2e_gpu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+PY=${PYTHON:-python}
+E2E=$OUT_DIR/e2e
+WORK=${E2E_WORK:-$(mktemp -d /tmp/e2e_work.XXXX)}
+LOGS=$WORK/logs
+mkdir -p "$E2E" "$LOGS" "$WORK/runs"
+STAGES=$WORK/stages.jsonl
+: > "$STAGES"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+# NVLink SHARP / multicast off on the lent machines (KINDS.md)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 HYDRA_FULL_ERROR=1
+T_START=$(date +%s)
+
+log() { echo "[e2e $(date -u +%H:%M:%S) +$(( $(date +%s) - T_START ))s] $*" | tee -a "$LOGS/bench.log"; }
+
+if [ "$MODE" = gpu ]; then
+  NGPU=$($PY -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+  GB=65536; ROWS_CAP=10000000; WARMUP=15; SYNC=5; TRAIN_BATCHES=35; VAL_BATCHES=2; CACHE=4
+  ANCHOR_STEPS=50; STAGE_T=170
+  RT_COMMON=(trainer=gpu strategy.backend=nccl)
+  ANCHOR_DEV=()
+else
+  NGPU=2  # two gloo ranks stand in for two GPUs
+  GB=256; ROWS_CAP=2000; WARMUP=2; SYNC=2; TRAIN_BATCHES=6; VAL_BATCHES=1; CACHE=2
+  ANCHOR_STEPS=4; STAGE_T=240
+  RT_COMMON=(trainer=cpu strategy.backend=gloo)
+  ANCHOR_DEV=(--cpu)
+fi
+export E2E_WARMUP_STEPS=$WARMUP E2E_SYNC_EVERY=$SYNC
+log "mode=$MODE gpus=$NGPU out=$E2E work=$WORK budget=${BUDGET}s root=$ROOT"
+$PY - > "$E2E/env.txt" 2>&1 <<'EOF'
+import importlib.metadata as md, platform, torch
+print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda)
+for n in ("fbgemm_gpu", "fbgemm-gpu", "fbgemm-gpu-cpu", "torchrec", "triton", "pytorch-lightning",
+          "lightning", "torchmetrics", "hydra-core"):
+    try: print(n, md.version(n))
+    except md.PackageNotFoundError: pass
+for i in range(torch.cuda.device_count()):
+    p = torch.cuda.get_device_properties(i); print(f"gpu{i}", p.name, round(p.total_memory / 2**30), "GiB")
+EOF
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv >> "$E2E/env.txt" 2>/dev/null || true
+
+summarise() {
+  $PY "$ROOT/scripts/bench/e2e_summary.py" --stages "$STAGES" --out "$E2E" --mode "$MODE" \
+    --env "$E2E/env.txt" >> "$LOGS/summary.log" 2>&1 || log "summariser failed (see logs/summary.log)"
+}
+
+# run_stage NAME KIND GPUS TIMEOUT CMD...   KIND=anchor (result json = $WORK/NAME.json) | rocmtrain
+run_stage() {
+  local name=$1 kind=$2 gpus=$3 tmo=$4; shift 4
+  if [ -n "$ONLY" ] && [[ ",$ONLY," != *",$name,"* ]]; then return 0; fi
+  local left=$(( BUDGET - ($(date +%s) - T_START) - 10 ))
+  if [ "$gpus" -gt "$NGPU" ]; then
+    log "skip $name: needs $gpus GPUs, have $NGPU"
+    echo "{\"name\":\"$name\",\"kind\":\"$kind\",\"gpus\":$gpus,\"status\":\"skipped\",\"why\":\"needs $gpus GPUs\"}" >> "$STAGES"
+    return 0
+  fi
+  if [ "$left" -lt 45 ]; then
+    log "skip $name: only ${left}s of the budget left"
+    echo "{\"name\":\"$name\",\"kind\":\"$kind\",\"gpus\":$gpus,\"status\":\"skipped\",\"why\":\"budget\"}" >> "$STAGES"
+    return 0
+  fi
+  [ "$tmo" -gt "$left" ] && tmo=$left
+  log "start $name (timeout ${tmo}s): $*"
+  local t0=$(date +%s) rc pid
+  # own process group, so the ranks Lightning/torchrun start go with it
+  setsid timeout -k 15 "$tmo" "$@" > "$LOGS/$name.log" 2>&1 &
+  pid=$!
+  wait "$pid"
+  rc=$?
+  kill -9 -- "-$pid" 2>/dev/null
+  local dt=$(( $(date +%s) - t0 ))
+  local status=ok
+  [ $rc -ne 0 ] && status=failed
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && status=timeout
+  log "end   $name rc=$rc ${dt}s ($status); log: logs/$name.log"
+  [ $rc -ne 0 ] && tail -n 8 "$LOGS/$name.log" | sed 's/^/    | /' | tee -a "$LOGS/bench.log"
+  # one JSON line per stage; the command is kept for the results table
+  $PY - "$STAGES" "$name" "$kind" "$gpus" "$status" "$rc" "$dt" "$WORK" "$*" <<'EOF'
+import json, sys
+path, name, kind, gpus, status, rc, dt, work, cmd = sys.argv[1:]
+row = dict(name=name, kind=kind, gpus=int(gpus), status=status, rc=int(rc), seconds=int(dt),
+           command=cmd, log=f"logs/{name}.log",
+           result=f"{work}/{name}.json" if kind == "anchor" else f"{work}/runs/{name}/throughput.json",
+           run_dir=None if kind == "anchor" else f"{work}/runs/{name}")
+open(path, "a").write(json.dumps(row) + "\n")
+EOF
+  # free the GPUs of any straggler of this stage before the next one
+  sleep 2
+  summarise
+}
+
+anchor() {  # anchor NAME GPUS [extra args]
+  local name=$1 gpus=$2; shift 2
+  run_stage "$name" anchor "$gpus" "$STAGE_T" \
+    $PY -m torch.distributed.run --standalone --nproc-per-node "$gpus" \
+    "$ROOT/scripts/bench/e2e_torchrec_anchor.py" "${ANCHOR_DEV[@]}" --global-batch "$GB" \
+    --rows-cap "$ROWS_CAP" --warmup "$WARMUP" --steps "$ANCHOR_STEPS" --sync-every "$SYNC" \
+    --out "$WORK/$name.json" "$@"
+}
+
+rocm() {  # rocm NAME GPUS [overrides]
+  local name=$1 gpus=$2; shift 2
+  run_stage "$name" rocmtrain "$gpus" "$STAGE_T" \
+    $PY "$ROOT/scripts/bench/e2e_rocmtrain_run.py" recipe=dlrm_dcnv2_h200 "${RT_COMMON[@]}" \
+    trainer.devices="$gpus" "data.batch_size=\${per_rank_batch:$GB}" \
+    model.max_rows_per_table="$ROWS_CAP" data.num_train_batches="$TRAIN_BATCHES" \
+    data.num_val_batches="$VAL_BATCHES" data.cache_batches="$CACHE" data.pin_memory=true \
+    trainer.max_epochs=2 trainer.progress_bar=false checkpoint=off monitor.png=false \
+    run_dir="$WORK/runs/$name" "$@"
+}
+
+BF16=(precision=bf16 precision.policy.interaction=autocast)
+PROF=(profile=true monitor.profiler_wait_steps=3 monitor.profiler_warmup_steps=2
+      monitor.profiler_active_steps=3 monitor.profiler_top_k=30)
+if [ "$MODE" = cpu ]; then
+  SMALL=(model.embedding_dim=16 model.dense_arch_layer_sizes=[32,16] model.over_arch_layer_sizes=[32,16,1]
+         model.dcn_low_rank_dim=16 model.auc_num_thresholds=200)
+  PIPE=(strategy.pipeline=sparse_dist)  # test the GPU path (pipeline=auto is sparse_dist on GPU only)
+  ANCHOR_SMALL=(--dim 16 --small-dense)
+else
+  SMALL=(); ANCHOR_SMALL=(); PIPE=()
+fi
+
+# Stages in priority order (the budget cuts from the end).
+anchor anchor_1gpu_bf16 1 --bf16 "${ANCHOR_SMALL[@]}"
+rocm rt_1gpu_fbgemm_bf16 1 kernel=fbgemm "${BF16[@]}" "${PROF[@]}" "${SMALL[@]}" "${PIPE[@]}"
+rocm rt_2gpu_fbgemm_bf16 2 kernel=fbgemm "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}"
+anchor anchor_2gpu_bf16 2 --bf16 "${ANCHOR_SMALL[@]}"
+rocm rt_1gpu_triton_bf16 1 kernel=triton "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}"
+rocm rt_2gpu_triton_bf16 2 kernel=triton "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}"
+rocm rt_1gpu_fbgemm_bf16_nopipe 1 kernel=fbgemm strategy.pipeline=none "${BF16[@]}" "${SMALL[@]}"
+anchor anchor_1gpu_fp32 1 "${ANCHOR_SMALL[@]}"
+rocm rt_1gpu_fbgemm_fp32 1 kernel=fbgemm precision=fp32 "${SMALL[@]}" "${PIPE[@]}"
+
+# Small files of every run dir + all logs -> one archive.
+( cd "$WORK" && find runs -maxdepth 3 \( -name throughput.json -o -name step_stats.json \
+    -o -name 'top_kernels*.md' -o -name 'top_kernels*.txt' -o -name '*.csv' \) -size -2M -print0 \
+    | tar --null -czf "$E2E/logs.tar.gz" logs stages.jsonl -T - ) 2>/dev/null \
+  || tar -czf "$E2E/logs.tar.gz" -C "$WORK" logs stages.jsonl
+summarise
+log "done in $(( $(date +%s) - T_START ))s: $E2E/summary.md"
+cat "$E2E/summary.md" 2>/dev/null
+exit 0

@@ -1,0 +1,136 @@
+"""``ThroughputCallback``: machine-readable samples/s and peak memory -> ``<run_dir>/throughput.json``.
+
+    trainer = pl.Trainer(callbacks=[ThroughputCallback(run_dir, warmup_steps=15)])
+
+Timing does not perturb the GPU stream: the host clock is read at every training-batch end, but the
+device is synchronised only every ``sync_every`` steps; each window of ``sync_every`` steps
+(after the first ``warmup_steps`` training steps of the fit, never spanning a validation or an
+epoch end) gives one rate
+``global_batch * steps / seconds``. ``samples_per_s`` is the median of those window rates
+(``samples_per_s_mean`` = total samples / total time over the windows). The time includes the
+data loading between steps. Written by global rank 0 at the end of every epoch (partial results
+survive a later crash) and at the end of training; every rank reports its peak memory.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+
+
+class ThroughputCallback(pl.Callback):
+    """Windowed samples/s (median after warm-up) and peak device memory per rank."""
+
+    def __init__(self, run_dir: str | Path, *, warmup_steps: int = 15, sync_every: int = 5) -> None:
+        self.path = Path(run_dir) / "throughput.json"
+        self.warmup_steps = warmup_steps
+        self.sync_every = max(1, sync_every)
+        self.windows: list[dict[str, float]] = []
+        self._epoch_step = 0
+        self._steps = 0
+        self._mark: tuple[float, int] | None = None  # (time, samples) at the window start
+        self._samples = 0
+        self._batch = 0
+
+    def _sync(self, pl_module: pl.LightningModule) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._epoch_step = 0
+        self._mark = None
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
+        self._epoch_step += 1
+        self._steps += 1
+        size = getattr(pl_module, "_trained_batch", 0) or _batch_size(batch)
+        self._batch = size
+        self._samples += size * trainer.world_size
+        if self._steps < self.warmup_steps or self._epoch_step % self.sync_every:
+            return
+        self._sync(pl_module)
+        now = time.perf_counter()
+        if self._mark is not None:
+            t0, s0 = self._mark
+            seconds = now - t0
+            samples = self._samples - s0
+            self.windows.append(
+                {
+                    "end_step": trainer.global_step,
+                    "seconds": seconds,
+                    "samples": samples,
+                    "samples_per_s": samples / seconds if seconds > 0 else 0.0,
+                }
+            )
+        self._mark = (now, self._samples)
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._mark = None  # a window never spans validation
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.write(trainer, pl_module, final=False)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.write(trainer, pl_module, final=True)
+
+    def summary(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
+        """The document written to ``throughput.json`` (collective: all ranks must call it)."""
+        rates = [w["samples_per_s"] for w in self.windows]
+        total_s = sum(w["seconds"] for w in self.windows)
+        peak = _peak_memory(pl_module.device)
+        peaks = trainer.strategy.all_gather(torch.tensor(peak, device=pl_module.device))
+        peaks = peaks.reshape(-1, 2).tolist() if trainer.world_size > 1 else [peak]
+        return {
+            "samples_per_s": statistics.median(rates) if rates else None,
+            "samples_per_s_mean": sum(w["samples"] for w in self.windows) / total_s
+            if total_s
+            else None,
+            "step_ms_median": 1e3
+            * statistics.median([w["seconds"] / self.sync_every for w in self.windows])
+            if self.windows
+            else None,
+            "windows": self.windows,
+            "measured_steps": self.sync_every * len(self.windows),
+            "warmup_steps": self.warmup_steps,
+            "sync_every": self.sync_every,
+            "world_size": trainer.world_size,
+            "batch_per_rank": self._batch,
+            "global_batch": self._batch * trainer.world_size,
+            "peak_mem_alloc_gib_per_rank": [p[0] for p in peaks],
+            "peak_mem_reserved_gib_per_rank": [p[1] for p in peaks],
+            "history": list(getattr(pl_module, "history", [])),
+            "device": torch.cuda.get_device_name(pl_module.device)
+            if pl_module.device.type == "cuda"
+            else "cpu",
+        }
+
+    def write(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *, final: bool) -> None:
+        doc = self.summary(trainer, pl_module)
+        doc["final"] = final
+        if trainer.is_global_zero:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(doc, indent=2))
+            tmp.replace(self.path)
+
+
+def _batch_size(batch: Any) -> int:
+    labels = getattr(batch, "labels", None)
+    return int(labels.shape[0]) if labels is not None else 0
+
+
+def _peak_memory(device: torch.device) -> list[float]:
+    if device.type != "cuda":
+        return [0.0, 0.0]
+    return [
+        torch.cuda.max_memory_allocated(device) / 2**30,
+        torch.cuda.max_memory_reserved(device) / 2**30,
+    ]
