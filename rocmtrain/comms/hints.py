@@ -182,7 +182,7 @@ def _oom(m: re.Match[str], text: str) -> Hint:
 _RULES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str], str], Hint]], ...] = (
     (
         re.compile(
-            r"Watchdog caught collective operation timeout: Work\w*\(SeqNum=(?P<seq>\d+), "
+            r"Watchdog caught collective operation timeout:\s*Work\w*\(SeqNum=(?P<seq>\d+), "
             r"OpType=(?P<op>\w+).*?Timeout\(ms\)=(?P<timeout>\d+)\) ran for (?P<ran>\d+) milliseconds",
             re.S,
         ),

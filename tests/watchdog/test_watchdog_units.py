@@ -38,6 +38,12 @@ WATCHDOG_PREFIXED = (
     "collective operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=466119168, "
     "NumelOut=466119168, Timeout(ms)=600000) ran for 600060 milliseconds before timing out."
 )
+# https://github.com/mila-iqia/milabench/pull/269 (wrapped by the log collector after "timeout:")
+WATCHDOG_WRAPPED = (
+    "dinov2-giant-nodes.cn-d004 [stderr] [rank14]:[E909 09:55:29.307629539 ProcessGroupNCCL.cpp:607] "
+    "[Rank 14] Watchdog caught collective operation timeout: \nWorkNCCL(SeqNum=2070, OpType=REDUCE, "
+    "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600034 milliseconds before timing out."
+)
 # https://github.com/zai-org/CogVLM2/issues/178
 NCCL_SYSTEM_ERROR = (
     "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
@@ -88,6 +94,12 @@ def test_hint_collective_timeout_parses_rank_op_and_times() -> None:
         "1580",
     )
     assert "torchfrtrace" in h2.render() and "rccl.train_timeout_seconds" in h2.render()
+    h3 = hint_for(WATCHDOG_WRAPPED)
+    assert h3 is not None and (h3.details["rank"], h3.details["op"], h3.details["seq"]) == (
+        "14",
+        "REDUCE",
+        "2070",
+    )
 
 
 def test_hint_comm_init_failures() -> None:
