@@ -154,18 +154,20 @@ def render(rows: list[dict[str, Any]], stages, *, mode: str, env: str) -> str:
         out += ["```", env.strip(), "```", ""]
     out += [
         "| stage | impl | GPUs | kernel | precision | pipeline | status | samples/s (median) "
-        "| step ms | peak GiB | vs anchor | scaling | val AUC first→last | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| step ms | peak GiB | vs anchor | scaling | val AUC first→last "
+        "| train AUC first→last | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        auc = r["val_auc"]
-        auc_s = f"{auc[0]:.4f}→{auc[-1]:.4f}" if auc else "—"
+        auc_s, train_s = (
+            f"{a[0]:.4f}→{a[-1]:.4f}" if a else "—" for a in (r["val_auc"], r.get("train_auc"))
+        )
         out.append(
             f"| {r['name']} | {r['impl']} | {r['gpus']} | {r['kernel']} | {r['precision']} | "
             f"{'sparse_dist' if r['pipeline'] else 'none'} | {r['status']} | "
             f"{_fmt_rate(r['samples_per_s'])} | {_fmt(r['step_ms'], '.2f')} | "
             f"{_fmt(r['peak_mem_gib'], '.1f')} | {_fmt(r['vs_anchor'], '.2f')} | "
-            f"{_fmt(r['scaling'], '.2f')} | {auc_s} | {_fmt(r['seconds'], 'd')} |"
+            f"{_fmt(r['scaling'], '.2f')} | {auc_s} | {train_s} | {_fmt(r['seconds'], 'd')} |"
         )
     out += ["", "## Targets", ""] + (targets(rows) or ["- no rocmtrain result yet"]) + [""]
     out += ["## Commands", ""] + [f"- `{r['name']}`: `{r['command']}`" for r in rows] + [""]

@@ -93,3 +93,4 @@ def test_summary_tables_ratios_and_partial_runs(tmp_path):
     assert "2-GPU scaling 1.80x (target >= 1.85x): missed" in md
     assert "1.500 M samples/s vs 1.9 M target: missed" in md
     assert "| rt_1gpu_triton_bf16 | rocmtrain | 1 | triton | bf16 | sparse_dist | timeout | —" in md
+    assert "| 0.5500→0.7000 |" in md

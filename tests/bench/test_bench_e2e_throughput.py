@@ -1,0 +1,62 @@
+"""ThroughputCallback in a real (CPU) Lightning fit: windows, warm-up, epochs, throughput.json."""
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "bench"))
+from e2e_throughput import ThroughputCallback  # noqa: E402
+
+
+@dataclass
+class _B:  # like torchrec's Batch: the callback reads the batch size from .labels
+    x: torch.Tensor
+    labels: torch.Tensor
+
+
+def _collate(rows):
+    x, y = zip(*rows, strict=True)
+    return _B(torch.stack(x), torch.stack(y))
+
+
+class _Tiny(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 1)
+        self.history = [{"val_auc": 0.5}]
+
+    def training_step(self, batch, batch_idx):
+        return torch.nn.functional.mse_loss(self.lin(batch.x).squeeze(-1), batch.labels)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_windows_after_warmup_per_epoch_and_json(tmp_path):
+    data = TensorDataset(torch.randn(96, 4), torch.randn(96))
+    cb = ThroughputCallback(tmp_path, warmup_steps=3, sync_every=2)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=2,
+        callbacks=[cb],
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(_Tiny(), DataLoader(data, batch_size=8, collate_fn=_collate))  # 12 steps per epoch
+    doc = json.loads((tmp_path / "throughput.json").read_text())
+    # epoch 1: marks at steps 4, 6, ..., 12 (>= 3 warm-up) -> 4 windows; epoch 2: marks at its
+    # steps 2..12 -> 5 windows (a window never spans the epoch end)
+    assert [w["end_step"] for w in doc["windows"]] == [6, 8, 10, 12, 16, 18, 20, 22, 24]
+    assert all(w["samples"] == 16 for w in doc["windows"])
+    rates = sorted(w["samples"] / w["seconds"] for w in doc["windows"])
+    assert doc["samples_per_s"] == rates[len(rates) // 2]
+    assert doc["measured_steps"] == 18 and doc["final"] is True
+    assert doc["history"] == [{"val_auc": 0.5}] and doc["peak_mem_alloc_gib_per_rank"] == [0.0]
