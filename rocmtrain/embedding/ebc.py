@@ -220,6 +220,12 @@ class _EBCFusedOptimizer(FusedOptimizer):
             if group.tbe.optimizer.lr != lr:
                 group.tbe.optimizer = dataclasses.replace(group.tbe.optimizer, lr=lr)
 
+    def set_optimizer_step(self, step: int) -> None:
+        """Set the kernels' step count (Adam bias correction; not in the state_dict, as in
+        FBGEMM): call it after loading a checkpoint of an Adam-trained model."""
+        for group in self._ebc._groups:
+            group.tbe.step = int(step)
+
     def step(self, closure: Any = None) -> None:
         self._sync_lr()  # the update itself ran in backward
 

@@ -72,6 +72,16 @@ class _EmbModuleView:
         return self.tbe.split_optimizer_states()
 
 
+class RocmEmbeddingFusedOptimizer(TritonEmbeddingFusedOptimizer):
+    """TorchRec's fused optimizer for a Triton TBE, plus FBGEMM's ``set_optimizer_step`` (the
+    step count drives Adam's bias correction and the stochastic-rounding stream; like FBGEMM it
+    is not part of the state_dict, so call ``dmp.fused_optimizer.set_optimizer_step(n)`` after a
+    resume)."""
+
+    def set_optimizer_step(self, step: int) -> None:
+        self._emb_module.tbe.step = int(step)
+
+
 def _pooling(mode: PoolingMode) -> str:
     if mode == PoolingMode.SUM:
         return "sum"
@@ -111,7 +121,7 @@ class RocmBatchedFusedEmbeddingBag(BaseBatchedEmbeddingBag[torch.Tensor], FusedO
             **extra,
         )
         self._view = _EmbModuleView(self._emb_module)
-        self._optim = TritonEmbeddingFusedOptimizer(config, self._view, pg)
+        self._optim = RocmEmbeddingFusedOptimizer(config, self._view, pg)  # type: ignore[arg-type]
         self.init_parameters()
 
     @property
@@ -144,7 +154,7 @@ class RocmBatchedFusedEmbeddingBag(BaseBatchedEmbeddingBag[torch.Tensor], FusedO
                 embedding_dim=cfg.local_cols,
             )
             weight._in_backward_optimizers = [  # type: ignore[attr-defined]
-                TritonEmbeddingFusedOptimizer(
+                RocmEmbeddingFusedOptimizer(
                     config=self._config,
                     emb_module=self._view,  # type: ignore[arg-type]
                     pg=self._pg,

@@ -234,6 +234,19 @@ def fp64_forward(init: dict[str, torch.Tensor], kjt: KeyedJaggedTensor) -> torch
     return (pooled @ init["over.weight"].double().T + init["over.bias"].double()).squeeze(1)
 
 
+def kernel_steps(dmp: nn.Module) -> list[int]:
+    """Step counts of our kernels on this rank (the sharded EBC keeps its lookups in a list)."""
+    from rocmtrain.embedding.sharder import RocmShardedEmbeddingBagCollection
+
+    return [
+        kernel.emb_module.step
+        for m in dmp.modules()
+        if isinstance(m, RocmShardedEmbeddingBagCollection)
+        for lookup in m._lookups
+        for kernel in lookup._emb_modules
+    ]
+
+
 def session(rank: int, world: int, tmp: str) -> dict[str, Any]:
     """Everything the distributed tests check, in one spawn (imports dominate the runtime)."""
     import torch.distributed as dist
@@ -269,6 +282,7 @@ def session(rank: int, world: int, tmp: str) -> dict[str, Any]:
                     res["sd_types"] = {k: type(v).__name__ for k, v in state["model"].items()}
                     res["optim_keys"] = sorted(state["optim"]["state"])
                     dcp.save(state, checkpoint_id=f"{tmp}/dcp")
+                    res["dcp/steps_saved"] = kernel_steps(dmp)
                     steps = range(STEPS, STEPS + 3)
                     res["dcp/continued"] = train(dmp, dense, rank, world, steps)
                     fresh, fdense = build_dmp(kernel, st, optimizer=opt, opt_kwargs=kw, init=init)
@@ -279,6 +293,8 @@ def session(rank: int, world: int, tmp: str) -> dict[str, Any]:
                     dcp.load(state, checkpoint_id=f"{tmp}/dcp")
                     fresh.load_state_dict(state["model"])
                     fresh.fused_optimizer.load_state_dict(state["optim"])
+                    fresh.fused_optimizer.set_optimizer_step(STEPS)  # as for FBGEMM
+                    res["dcp/steps_resumed"] = kernel_steps(fresh)
                     # the dense SGD has no state: the resumed run matches from here
                     res["dcp/resumed"] = train(fresh, fdense, rank, world, steps)
                 del dmp, dense

@@ -69,6 +69,8 @@ def test_state_dict_is_sharded_and_has_fused_optimizer_state(ranks):
 def test_dcp_round_trip_resumes_the_exact_curve(ranks):
     for res in ranks:
         assert res["dcp/resumed"] == res["dcp/continued"]  # bitwise
+        saved, resumed = res["dcp/steps_saved"], res["dcp/steps_resumed"]
+        assert saved and saved == resumed == [STEPS] * len(saved)  # set_optimizer_step
 
 
 def test_triton_kernels_through_the_sharded_path(ranks):

@@ -120,6 +120,25 @@ def test_fused_optimizer_state_round_trip_and_lr():
     torch.testing.assert_close(b.state_dict()["embedding_bags.t0.weight"], before)
 
 
+def test_adam_resume_needs_and_honours_set_optimizer_step():
+    spec = OptimizerSpec("adam", lr=0.01)
+    a = EmbeddingBagCollection(table_configs(), optimizer=spec)
+    for step in range(3):
+        a(make_kjt(8, seed=step)).values().sum().backward()
+    resumed = []
+    for set_step in (True, False):
+        b = EmbeddingBagCollection(table_configs(), optimizer=spec)
+        b.load_state_dict(a.state_dict())
+        b.fused_optimizer.load_state_dict(a.fused_optimizer.state_dict())
+        if set_step:
+            b.fused_optimizer.set_optimizer_step(3)
+        b(make_kjt(8, seed=3)).values().sum().backward()
+        resumed.append(b.state_dict()["embedding_bags.t1.weight"])
+    a(make_kjt(8, seed=3)).values().sum().backward()
+    torch.testing.assert_close(resumed[0], a.state_dict()["embedding_bags.t1.weight"])
+    assert not torch.allclose(resumed[1], resumed[0])  # step 1 bias correction differs
+
+
 def test_bad_tables_and_inputs_are_named():
     with pytest.raises(ValueError, match="appears twice"):
         EmbeddingBagCollection([table_configs()[0], table_configs()[0]])
