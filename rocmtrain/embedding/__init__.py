@@ -25,7 +25,11 @@ if TYPE_CHECKING:
 #: values of ``RunConfig.kernel``: TorchRec's FBGEMM TBE, our Triton kernels, our torch reference
 KERNELS = ("fbgemm", "triton", "torch")
 
-__all__ = ["KERNELS", "EmbeddingBagCollection", "get_sharders"]
+#: ``model.embedding_optimizer`` values our kernels implement (``adagrad`` = FBGEMM EXACT_ADAGRAD
+#: is fbgemm-only); a config check can refuse other values early for kernel=triton|torch
+SUPPORTED_EMBEDDING_OPTIMIZERS = ("sgd", "rowwise_adagrad", "adam")
+
+__all__ = ["KERNELS", "SUPPORTED_EMBEDDING_OPTIMIZERS", "EmbeddingBagCollection", "get_sharders"]
 
 
 def get_sharders(
