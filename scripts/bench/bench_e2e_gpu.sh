@@ -58,6 +58,7 @@ else
   ANCHOR_STEPS=4; STAGE_T=240
   RT_COMMON=(trainer=cpu strategy.backend=gloo)
   ANCHOR_DEV=(--cpu)
+  export TRITON_INTERPRET=1  # kernel=triton stages run rocmtrain's Triton TBE in the interpreter
 fi
 export E2E_WARMUP_STEPS=$WARMUP E2E_SYNC_EVERY=$SYNC
 log "mode=$MODE gpus=$NGPU out=$E2E work=$WORK budget=${BUDGET}s root=$ROOT"
