@@ -178,9 +178,15 @@ class StoreKV:
                 f"the default process group uses a {type(store).__name__}, not a TCPStore; "
                 "set watchdog.heartbeat_channel=files"
             )
-        clone = store.clone()  # a new socket: the PG's own connection is never shared
-        clone.set_timeout(timedelta(seconds=timeout_s))
-        return cls(clone, prefix=prefix)
+        timeout = timedelta(seconds=timeout_s)
+        if hasattr(store, "clone"):  # torch >= 2.5: a new socket to the same server
+            clone = store.clone()
+            clone.set_timeout(timeout)
+        else:
+            clone = dist.TCPStore(
+                store.host, store.port, is_master=False, timeout=timeout, wait_for_workers=False
+            )
+        return cls(clone, prefix=prefix)  # the PG's own connection is never shared
 
     def set(self, key: str, value: str) -> None:
         self._store.set(key, value)

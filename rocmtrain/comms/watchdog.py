@@ -233,7 +233,7 @@ class Watchdog:
                     prefix=f"rocmtrain/watchdog/{self.attempt}/",
                     timeout_s=max(5.0, 4 * self.cfg.poll_interval_seconds),
                 )
-            except RuntimeError as e:
+            except Exception as e:  # noqa: BLE001 - no usable store: say so, use files
                 log.warning("watchdog: %s; using files under %s", e, self.attempt_dir)
         return FileKV(self.attempt_dir / "kv")
 
