@@ -39,7 +39,9 @@ def main(argv: list[str]) -> int:
     original = train_mod._monitor_callbacks
 
     def callbacks(cfg, run_dir):
-        extra = ThroughputCallback(run_dir, warmup_steps=warmup, sync_every=sync_every)
+        extra = ThroughputCallback(
+            run_dir, warmup_steps=warmup, sync_every=sync_every, batch_per_rank=cfg.data.batch_size
+        )
         return [*original(cfg, run_dir), extra]
 
     train_mod._monitor_callbacks = callbacks

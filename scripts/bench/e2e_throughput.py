@@ -25,18 +25,29 @@ import torch
 
 
 class ThroughputCallback(pl.Callback):
-    """Windowed samples/s (median after warm-up) and peak device memory per rank."""
+    """Windowed samples/s (median after warm-up) and peak device memory per rank.
 
-    def __init__(self, run_dir: str | Path, *, warmup_steps: int = 15, sync_every: int = 5) -> None:
+    Samples are counted as optimizer steps (``trainer.global_step``, one per trained batch, also
+    when a pipelined ``training_step`` trains several batches in one call) x ``batch_per_rank``
+    (default: the size of the batch Lightning hands to the hooks) x world size.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        warmup_steps: int = 15,
+        sync_every: int = 5,
+        batch_per_rank: int | None = None,
+    ) -> None:
         self.path = Path(run_dir) / "throughput.json"
         self.warmup_steps = warmup_steps
         self.sync_every = max(1, sync_every)
         self.windows: list[dict[str, float]] = []
         self._epoch_step = 0
         self._steps = 0
-        self._mark: tuple[float, int] | None = None  # (time, samples) at the window start
-        self._samples = 0
-        self._batch = 0
+        self._mark: tuple[float, int] | None = None  # (time, global_step) at the window start
+        self._batch = batch_per_rank or 0
 
     def _sync(self, pl_module: pl.LightningModule) -> None:
         if pl_module.device.type == "cuda":
@@ -51,26 +62,26 @@ class ThroughputCallback(pl.Callback):
     ) -> None:
         self._epoch_step += 1
         self._steps += 1
-        size = getattr(pl_module, "_trained_batch", 0) or _batch_size(batch)
-        self._batch = size
-        self._samples += size * trainer.world_size
+        if not self._batch:
+            self._batch = _batch_size(batch)
         if self._steps < self.warmup_steps or self._epoch_step % self.sync_every:
             return
         self._sync(pl_module)
-        now = time.perf_counter()
-        if self._mark is not None:
-            t0, s0 = self._mark
-            seconds = now - t0
-            samples = self._samples - s0
+        now, step = time.perf_counter(), trainer.global_step
+        if self._mark is not None and step > self._mark[1]:
+            seconds = now - self._mark[0]
+            steps = step - self._mark[1]
+            samples = steps * self._batch * trainer.world_size
             self.windows.append(
                 {
-                    "end_step": trainer.global_step,
+                    "end_step": step,
+                    "steps": steps,
                     "seconds": seconds,
                     "samples": samples,
                     "samples_per_s": samples / seconds if seconds > 0 else 0.0,
                 }
             )
-        self._mark = (now, self._samples)
+        self._mark = (now, step)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._mark = None  # a window never spans validation
@@ -98,7 +109,7 @@ class ThroughputCallback(pl.Callback):
             if self.windows
             else None,
             "windows": self.windows,
-            "measured_steps": self.sync_every * len(self.windows),
+            "measured_steps": sum(w["steps"] for w in self.windows),
             "warmup_steps": self.warmup_steps,
             "sync_every": self.sync_every,
             "world_size": trainer.world_size,
@@ -123,6 +134,8 @@ class ThroughputCallback(pl.Callback):
 
 
 def _batch_size(batch: Any) -> int:
+    if isinstance(batch, (tuple, list)) and batch:  # dataloader_iter flavour: (batch, idx, ...)
+        batch = batch[0]
     labels = getattr(batch, "labels", None)
     return int(labels.shape[0]) if labels is not None else 0
 
