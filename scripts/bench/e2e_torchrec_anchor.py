@@ -9,8 +9,10 @@ the same session on the same GPUs (scripts/bench/bench_e2e_gpu.sh).
     # 2 GPUs (global batch = per-GPU batch x 2 here; pass --global-batch to fix the global size)
     torchrun --standalone --nproc-per-node 2 scripts/bench/e2e_torchrec_anchor.py --bf16 --out a2.json
 
-Data: synthetic batches (uniform ids per table, the MLPerf multi-hot sizes, Bernoulli labels),
-generated once on the host and cycled, so the input pipeline is not the bottleneck.
+Data (--data planted, default): the same batches the rocmtrain recipe trains on with
+data.cache_batches=N (rocmtrain.data's planted-signal generator: power-law ids, MLPerf multi-hot
+sizes; only the data comes from rocmtrain), generated once on the host, pinned and cycled, so the
+input pipeline is not the bottleneck. --data uniform: uniform ids and random labels instead.
 """
 
 from __future__ import annotations
@@ -97,7 +99,16 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--bf16", action="store_true", help="bf16 autocast for the dense part")
     p.add_argument("--tf32", action="store_true", help="allow TF32 matmuls")
     p.add_argument("--lr", type=float, default=0.005)
-    p.add_argument("--n-batches", type=int, default=8, help="distinct host batches to cycle")
+    p.add_argument("--n-batches", type=int, default=4, help="distinct host batches to cycle")
+    p.add_argument(
+        "--data",
+        choices=("planted", "uniform"),
+        default="planted",
+        help="planted: the exact batches rocmtrain's recipe trains on with data.cache_batches "
+        "(rocmtrain.data's synthetic generator, seed --seed; only the data, no rocmtrain "
+        "training code); uniform: uniform ids, random labels",
+    )
+    p.add_argument("--seed", type=int, default=1234, help="the recipe's seed (planted data)")
     p.add_argument("--out", default=None, help="write results JSON here (rank 0)")
     p.add_argument("--sync-every", type=int, default=5, help="steps per timed window")
     p.add_argument("--small-dense", action="store_true", help="tiny MLPs/DCN (CPU smoke test)")
@@ -134,6 +145,19 @@ def _version(name: str) -> str | None:
         return version(name)
     except PackageNotFoundError:
         return None
+
+
+def planted_batches(n: int, batch: int, rows: list[int], *, args, rank: int, world: int):
+    """Blocks 0..n-1 of this rank's training split, as rocmtrain's SyntheticSource caches them."""
+    from rocmtrain.config.data import DataConfig
+    from rocmtrain.data.synthetic import synthetic_factory
+
+    cfg = DataConfig(batch_size=batch, num_train_batches=n, num_val_batches=1, cache_batches=n)
+    factory = synthetic_factory(
+        cfg, rows=rows, multi_hot=MLPERF_MULTI_HOT, num_dense=13, seed=args.seed
+    )
+    source = factory("train", rank, world)
+    return [source.block(b) for b in range(n)]
 
 
 def main() -> None:
@@ -199,7 +223,11 @@ def main() -> None:
         lambda params: torch.optim.Adagrad(params, lr=args.lr, eps=1e-8),
     )
     _ = EmbOptimType  # imported to fail early when fbgemm_gpu is missing
-    batches = make_batches(args.n_batches, batch, rows, seed=1234 + rank, pin=not args.cpu)
+    if args.data == "planted":
+        batches = planted_batches(args.n_batches, batch, rows, args=args, rank=rank, world=world)
+        batches = [b if args.cpu else b.pin_memory() for b in batches]
+    else:
+        batches = make_batches(args.n_batches, batch, rows, seed=1234 + rank, pin=not args.cpu)
 
     def cycle():
         while True:
@@ -237,6 +265,7 @@ def main() -> None:
         "bf16": args.bf16,
         "tf32": args.tf32,
         "rows_cap": args.rows_cap,
+        "data": args.data,
         "median_step_ms": med,
         "samples_per_s": batch * world / (med / 1e3),
         "median_step_ms_windows": len(step_ms),
