@@ -6,9 +6,9 @@ How it works (every rank runs the same code; gloo, nccl and RCCL alike):
    :meth:`Watchdog.step_done` — an in-memory tuple write, no I/O.
 2. A daemon monitor thread wakes every ``poll_interval_seconds``, publishes this rank's heartbeat
    (step, phase, last collective label, requested timeout) on a channel that does not use the
-   process group (:mod:`rocmtrain.comms.heartbeat`: a separate TCPStore connection, or files), reads
-   every rank's heartbeat and measures, with its own monotonic clock, how long each rank has not
-   moved. The timeout is phase-aware: ``first_step_timeout_seconds`` until step 1 is done,
+   process group (:mod:`rocmtrain.comms.heartbeat`: a separate TCPStore connection, or files). The
+   observers (first and last rank; every rank with ``monitor_every_rank``) read every heartbeat and
+   measure, with their own monotonic clock, how long each rank has not moved. The timeout is phase-aware: ``first_step_timeout_seconds`` until step 1 is done,
    ``checkpoint_timeout_seconds`` while any rank checkpoints, otherwise ``hang_timeout_seconds`` or
    the learned ``safety factor x slowest recent step`` (never below the floor).
 3. A rank idle past the timeout, a same-host peer whose process is gone, or a peer that reported an
