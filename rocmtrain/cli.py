@@ -230,6 +230,10 @@ def print_plan(cfg: Any, overrides: list[str]) -> None:
         hbm_cap_gb=cfg.strategy.hbm_cap_gb,
         ddr_cap_gb=cfg.strategy.ddr_cap_gb,
     )
+    from rocmtrain.train import use_pipeline
+
+    loop = "TorchRec TrainPipelineSparseDist" if use_pipeline(cfg) else "plain Lightning loop"
+    out.append(f"  train loop      {loop} (strategy.pipeline={cfg.strategy.pipeline})")
     out.append(
         f"  sharding plan   TorchRec planner, sharding_type={cfg.strategy.sharding_type}, "
         f"topology {ws} x {device}"

@@ -54,7 +54,6 @@ def train(cfg: RunConfig) -> dict[str, float]:
     """Train ``cfg``; returns the last epoch's metrics (train/val loss, AUC, NE, samples/s)."""
     from rocmtrain.config.schema import validate_run_config
     from rocmtrain.data import build_datamodule
-    from rocmtrain.models import DLRMModule
 
     validate_run_config(cfg)
     check_hardware(cfg)
@@ -69,13 +68,28 @@ def train(cfg: RunConfig) -> dict[str, float]:
         num_dense=m.num_dense_features,
         seed=cfg.seed,
     )
-    module = DLRMModule(m)
+    module = build_module(cfg)
     trainer = build_trainer(cfg, run_dir)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg))
     final = dict(module.history[-1]) if module.history else {}
     if trainer.is_global_zero and final:
         log.info("final metrics: %s", final)
     return final
+
+
+def use_pipeline(cfg: RunConfig) -> bool:
+    """``strategy.pipeline``: sparse_dist, none, or auto (= sparse_dist on GPU)."""
+    if cfg.strategy.pipeline == "auto":
+        return cfg.trainer.accelerator == "gpu"
+    return cfg.strategy.pipeline == "sparse_dist"
+
+
+def build_module(cfg: RunConfig) -> pl.LightningModule:
+    """``DLRMModule``, or ``PipelinedDLRMModule`` when the TorchRec train pipeline is on."""
+    from rocmtrain.models.module import DLRMModule, PipelinedDLRMModule
+
+    cls = PipelinedDLRMModule if use_pipeline(cfg) else DLRMModule
+    return cls(cfg.model)
 
 
 def build_trainer(cfg: RunConfig, run_dir: Path, **overrides: Any) -> pl.Trainer:
@@ -137,7 +151,6 @@ def build_strategy(cfg: RunConfig) -> pl.strategies.Strategy:
         planner_batch_size=cfg.data.batch_size,
         hbm_cap_gb=s.hbm_cap_gb,
         ddr_cap_gb=s.ddr_cap_gb,
-        pipeline=s.pipeline,
         rccl=cfg.rccl,
         run_dir=cfg.run_dir,
         timeout=timedelta(seconds=cfg.rccl.init_timeout_seconds),

@@ -48,16 +48,19 @@ class DLRMModule(pl.LightningModule):
         self.history: list[dict[str, float]] = []
         self.step_losses: list[float] = []
         """Local (this rank's) training loss of every step, in order (tests compare these)."""
+        self.step_label_sums: list[float] = []
+        """Sum of the labels of every training step (tests check the data order with it)."""
         self._last_val: dict[str, float] = {}
         self._t0 = 0.0
         self._t_last = 0.0
         self._samples = 0
 
-    def forward(self, dense: torch.Tensor, sparse: Any) -> torch.Tensor:
-        return self.model(dense, sparse).squeeze(-1)
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """Logits ``[B]`` of a ``Batch`` (one input, so TorchRec's pipeline can trace it)."""
+        return self.model(batch.dense_features, batch.sparse_features).squeeze(-1)
 
     def _step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = self(batch.dense_features, batch.sparse_features)
+        logits = self(batch)
         loss = F.binary_cross_entropy_with_logits(logits, batch.labels)
         return loss, logits
 
@@ -68,19 +71,26 @@ class DLRMModule(pl.LightningModule):
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         loss, logits = self._step(batch)
-        detached = loss.detach()
-        self.step_losses.append(float(detached))
-        self.train_loss.update(detached)
-        self.train_auc.update(torch.sigmoid(logits.detach()), batch.labels.long())
-        self.log("loss", detached, prog_bar=True, on_step=True, on_epoch=False)
+        self._record(loss, logits, batch.labels)
         return loss
 
-    def on_train_batch_end(self, outputs: Any, batch: Batch, batch_idx: int) -> None:
-        self._samples += int(batch.labels.shape[0])
+    def _record(self, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> None:
+        detached = loss.detach()
+        self.step_losses.append(float(detached))
+        self.step_label_sums.append(float(labels.sum()))
+        self.train_loss.update(detached)
+        self.train_auc.update(torch.sigmoid(logits.detach()), labels.long())
+        batch_size = int(labels.shape[0])
+        self.log(
+            "loss", detached, prog_bar=True, on_step=True, on_epoch=False, batch_size=batch_size
+        )
+        self._samples += int(labels.shape[0])
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._t_last = time.perf_counter()
         if batch_idx % max(1, self.trainer.log_every_n_steps) == 0 and self._t_last > self._t0:
             rate = self._samples * self.trainer.world_size / (self._t_last - self._t0)
-            self.log("samples/s", rate, prog_bar=True, on_step=True, on_epoch=False)
+            self.log("samples/s", rate, prog_bar=True, on_step=True, on_epoch=False, batch_size=1)
 
     def on_train_epoch_end(self) -> None:
         elapsed = max(self._t_last - self._t0, 1e-9)
@@ -94,7 +104,7 @@ class DLRMModule(pl.LightningModule):
         self.train_loss.reset()
         self.train_auc.reset()
         # values are already reduced over ranks (torchmetrics); sync_dist averages equal values
-        self.log_dict({k: v for k, v in row.items() if k != "epoch"}, sync_dist=True)
+        self.log_dict({k: v for k, v in row.items() if k != "epoch"}, sync_dist=True, batch_size=1)
         self.history.append(row)
         self._last_val = {}
         if self.verbose:  # rank 0 only, through the progress bar so lines do not interleave
@@ -121,7 +131,7 @@ class DLRMModule(pl.LightningModule):
         for metric in (self.val_loss, self.val_auc, self.val_ne):
             metric.reset()
         if not self.trainer.training:  # trainer.validate(): log here, no train epoch end follows
-            self.log_dict(self._last_val, sync_dist=True)
+            self.log_dict(self._last_val, sync_dist=True, batch_size=1)
 
     # -- optimizers --------------------------------------------------------------------------
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -137,3 +147,79 @@ def format_epoch(row: dict[str, float], max_epochs: int | None = None) -> str:
         parts.append(f"samples/s={row['samples_per_s']:,.0f}")
     total = f"/{max_epochs}" if max_epochs and max_epochs > 0 else ""
     return f"epoch {int(row['epoch']) + 1}{total}: " + " ".join(parts)
+
+
+class PipelinedDLRMModule(DLRMModule):
+    """``DLRMModule`` trained through TorchRec's ``TrainPipelineSparseDist``.
+
+    The pipeline starts the input all-to-all of batch i+1 (and the host-to-device copy of batch
+    i+2, on GPU streams) while batch i computes. It owns the data iterator, so this module uses
+    Lightning's ``training_step(self, dataloader_iter)`` form with manual optimization; the
+    pipeline calls the (Lightning-wrapped) dense optimizer itself and the embedding update stays
+    fused in the backward. At the end of an epoch the batches still queued in the pipeline are
+    trained before Lightning closes the epoch, so every batch is trained exactly once, in order.
+    Selected by ``strategy.pipeline=sparse_dist`` (``auto`` = on GPU).
+    """
+
+    #: TorchRecStrategy calls training_step directly (not through the DMP/DDP wrapper): the
+    #: step runs the wrapped model itself, once per pipelined batch.
+    calls_model_itself = True
+
+    def __init__(self, cfg: ModelConfig, **kwargs: Any) -> None:
+        super().__init__(cfg, **kwargs)
+        self.automatic_optimization = False
+        self._pipeline: Any = None
+
+    def _pipeline_fwd(self, batch: Batch) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        logits = self.trainer.strategy.model(batch)  # DMP -> DDP -> self.forward
+        loss = F.binary_cross_entropy_with_logits(logits, batch.labels)
+        return loss, (loss.detach(), logits.detach(), batch.labels)
+
+    def _new_pipeline(self) -> Any:
+        from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+
+        strategy = self.trainer.strategy
+        return TrainPipelineSparseDist(
+            strategy.dmp,
+            self.optimizers(),
+            strategy.root_device,
+            execute_all_batches=True,
+            custom_model_fwd=self._pipeline_fwd,
+        )
+
+    def training_step(self, dataloader_iter: Any) -> None:  # type: ignore[override]
+        if self._pipeline is None:
+            self._pipeline = self._new_pipeline()  # one per fit; detached between epochs
+        dmp = self.trainer.strategy.dmp
+        if not dmp.training:  # Lightning's validation sets trainer.model (the DMP) to eval and
+            dmp.train()  # restores only this module; the pipeline skips backward in eval mode
+        batches = (item[0] if isinstance(item, tuple) else item for item in dataloader_iter)
+        self._progress(batches)
+        if self.trainer.fit_loop._data_fetcher.done:  # source exhausted: drain the queue
+            while self._progress(iter(())):
+                pass
+            self._detach()  # validation runs next, with the plain forward
+
+    def _progress(self, batches: Any) -> bool:
+        try:
+            loss, logits, labels = self._pipeline.progress(batches)
+        except StopIteration:
+            return False
+        self._record(loss, logits, labels)
+        return True
+
+    def _detach(self) -> None:
+        # back to the plain forward (validation) and an empty queue; the next progress()
+        # re-attaches and refills from the new epoch's iterator
+        if self._pipeline is not None:
+            self._pipeline.detach()
+            self._pipeline.reset()
+
+    def on_validation_epoch_start(self) -> None:
+        # Mid-epoch validation (val_check_interval < 1 epoch) is not supported here: the
+        # batches queued in the pipeline would be dropped. Epoch-end validation is fine.
+        self._detach()
+
+    def on_train_epoch_end(self) -> None:
+        self._detach()  # stopped early (max_steps): drop the queue
+        super().on_train_epoch_end()

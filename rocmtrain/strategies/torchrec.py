@@ -27,9 +27,12 @@ What it does, in Lightning's hook order:
    ``torch.distributed.checkpoint`` into an atomic folder (``rocmtrain.checkpoint``); the fused
    embedding optimizer state, dense optimizer, loops, data position and RNG are included.
 
-Input-dist/compute overlap on GPU: ``TrainPipelineSparseDist`` needs the step to own the data
-iterator; ``pipeline="sparse_dist"`` is exposed as :meth:`make_train_pipeline` for modules that
-use manual optimization with a ``dataloader_iter`` training step. CPU runs the plain loop.
+Input-dist/compute overlap: TorchRec's ``TrainPipelineSparseDist`` must own the data iterator,
+so it lives in the LightningModule (``rocmtrain.models.module.PipelinedDLRMModule``: manual
+optimization, ``training_step(dataloader_iter)``), built over :attr:`dmp`; any module can do the
+same with :meth:`make_train_pipeline`. ``train(cfg)`` uses it on GPU (``strategy.pipeline=auto``)
+and the plain loop on CPU (``strategy.pipeline=sparse_dist`` forces it; the CPU test checks that
+it gives the plain loop's losses).
 """
 
 from __future__ import annotations
@@ -87,7 +90,6 @@ class TorchRecStrategy(DDPStrategy):
         planner_batch_size: int | None = None,
         hbm_cap_gb: float | None = None,
         ddr_cap_gb: float | None = None,
-        pipeline: str = "auto",
         rccl: Any | None = None,
         run_dir: str | os.PathLike[str] | None = None,
         timeout: timedelta | None = None,
@@ -106,7 +108,6 @@ class TorchRecStrategy(DDPStrategy):
         self._planner_batch_size = planner_batch_size
         self._hbm_cap_gb = hbm_cap_gb
         self._ddr_cap_gb = ddr_cap_gb
-        self._pipeline = pipeline
         self._rccl = rccl
         self._run_dir = run_dir
         self._dmp: DistributedModelParallel | None = None
@@ -205,6 +206,15 @@ class TorchRecStrategy(DDPStrategy):
             sharders=sharders,
         )
         return self._dmp
+
+    @override
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        module = self.lightning_module
+        if getattr(module, "calls_model_itself", False):  # e.g. a TrainPipelineSparseDist step
+            assert module is not None
+            with self.precision_plugin.train_step_context():
+                return module.training_step(*args, **kwargs)
+        return super().training_step(*args, **kwargs)
 
     @override
     def configure_ddp(self) -> None:  # DMP wraps the dense part in DDP itself

@@ -126,6 +126,21 @@ def test_recipe_specifics():
     assert two.data.batch_size == 32768  # global batch stays 65536
 
 
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """Every CLI subprocess of this module, started at once (each is mostly import time, so
+    running them concurrently uses both cores): the dry runs, ``--cfg job``, the bad inputs."""
+    tmp = tmp_path_factory.mktemp("cli")
+    jobs = {f"dry:{r}": [f"recipe={r}", "dry_run=true", f"run_dir={tmp}/{r}"] for r in DRY}
+    jobs["cfg_job"] = ["recipe=dlrm_mi250", "--cfg", "job"]
+    jobs |= {f"bad:{c}": [*args, f"run_dir={tmp}/{c}"] for c, (args, _) in BAD.items()}
+    runs = run_many(list(jobs.values()), cwd=tmp)
+    return {"tmp": tmp, **dict(zip(jobs, runs, strict=True))}
+
+
+DRY = ["dlrm_cpu", "dlrm_mi300"]  # the two dry runs the issue names, as a user types them
+
+
 def check_dry_run(recipe: str, out: str) -> None:
     cfg = compose(recipe)
     assert f"rocmtrain dry run: recipe {recipe}" in out
@@ -144,19 +159,16 @@ def check_dry_run(recipe: str, out: str) -> None:
 
 
 @pytest.mark.slow
-def test_dry_run_subprocess_cpu_and_mi300(tmp_path):
-    """The two dry runs the issue names, exactly as a user types them (mi300 on a CPU box)."""
-    recipes = ["dlrm_cpu", "dlrm_mi300"]
-    runs = run_many(
-        [[f"recipe={r}", "dry_run=true", f"run_dir={tmp_path}/{r}"] for r in recipes], cwd=tmp_path
-    )
-    for recipe, p in zip(recipes, runs, strict=True):
-        assert p.returncode == 0, p.stderr[-3000:]
-        check_dry_run(recipe, p.stdout)
-        assert f"run dir: {tmp_path}/{recipe}" in p.stderr
-        assert not (tmp_path / recipe / "checkpoints").exists()  # nothing trained
-    cpu_rows = [ln.split() for ln in runs[0].stdout.splitlines() if ln.strip().startswith("t_cat_")]
-    assert {row[4] for row in cpu_rows} == {"[0]", "[1]"}  # table-wise over both ranks
+@pytest.mark.parametrize("recipe", DRY)
+def test_dry_run_subprocess(recipe, cli_runs):
+    p, tmp = cli_runs[f"dry:{recipe}"], cli_runs["tmp"]
+    assert p.returncode == 0, p.stderr[-3000:]
+    check_dry_run(recipe, p.stdout)
+    assert f"run dir: {tmp}/{recipe}" in p.stderr
+    assert not (tmp / recipe / "checkpoints").exists()  # nothing trained
+    if recipe == "dlrm_cpu":  # table-wise over both ranks
+        rows = [ln.split() for ln in p.stdout.splitlines() if ln.strip().startswith("t_cat_")]
+        assert {row[4] for row in rows} == {"[0]", "[1]"}
 
 
 @pytest.mark.parametrize("recipe", [r for r in RECIPES if r not in ("dlrm_cpu", "dlrm_mi300")])
@@ -169,8 +181,9 @@ def test_every_recipe_dry_runs(recipe, capsys):
     check_dry_run(recipe, capsys.readouterr().out)
 
 
-def test_cfg_job_prints_composed_config(tmp_path):
-    p = run_cli("recipe=dlrm_mi250", "--cfg", "job", cwd=tmp_path)
+@pytest.mark.slow
+def test_cfg_job_prints_composed_config(cli_runs):
+    p = cli_runs["cfg_job"]
     assert p.returncode == 0, p.stderr[-2000:]
     cfg = yaml.safe_load(p.stdout)
     assert cfg["recipe"] == "dlrm_mi250" and cfg["trainer"]["devices"] == 8
@@ -201,12 +214,11 @@ BAD = {
 
 
 @pytest.mark.slow
-def test_bad_input_is_one_clear_error(tmp_path):
-    cases = sorted(BAD)
-    runs = run_many([[*BAD[c][0], f"run_dir={tmp_path}/{c}"] for c in cases], cwd=tmp_path)
-    for case, p in zip(cases, runs, strict=True):
-        text = p.stdout + p.stderr
-        assert p.returncode == 2, (case, text[-3000:])
-        assert "Traceback" not in text, (case, text[-3000:])
-        for needle in BAD[case][1]:
-            assert needle in text, (case, needle, text[-3000:])
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_is_one_clear_error(case, cli_runs):
+    p = cli_runs[f"bad:{case}"]
+    text = p.stdout + p.stderr
+    assert p.returncode == 2, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    for needle in BAD[case][1]:
+        assert needle in text, (needle, text[-3000:])

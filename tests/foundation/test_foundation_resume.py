@@ -1,8 +1,8 @@
 """2 real gloo ranks: table-wise sharded training, and checkpoint → resume == uninterrupted.
 
-Each rank runs three fits in one process (one startup): A = 2 epochs uninterrupted; B1 = stop
-mid-epoch 2 after a step-interval checkpoint; B2 = resume from B1's newest checkpoint to the
-end. Every step's loss of A must equal B1's then B2's bit for bit, and so must the final
+Each rank runs four fits in one process (one startup): A = 2 epochs uninterrupted; B1 = stop
+mid-epoch 2 after a step-interval checkpoint; B2 = resume from B1's step-8 checkpoint to the
+end; C = A through TorchRec's TrainPipelineSparseDist (PipelinedDLRMModule). Every step's loss of A must equal B1's then B2's bit for bit, and so must the final
 sharded tables, the fused optimizer state and the validation metrics.
 """
 
@@ -44,12 +44,12 @@ def _cfg(run_dir: Path, **trainer):
     return cfg
 
 
-def _fit(cfg, *, ckpt_path=None, max_steps=-1):
+def _fit(cfg, *, ckpt_path=None, max_steps=-1, pipelined=False):
     import pytorch_lightning as pl
     import torch
 
     from rocmtrain.data import build_datamodule
-    from rocmtrain.models import DLRMModule
+    from rocmtrain.models.module import DLRMModule, PipelinedDLRMModule
     from rocmtrain.train import build_trainer
 
     pl.seed_everything(cfg.seed, verbose=False)
@@ -61,7 +61,7 @@ def _fit(cfg, *, ckpt_path=None, max_steps=-1):
         num_dense=13,
         seed=cfg.seed,
     )
-    module = DLRMModule(m, verbose=False)
+    module = (PipelinedDLRMModule if pipelined else DLRMModule)(m, verbose=False)
     trainer = build_trainer(cfg, Path(cfg.run_dir), max_steps=max_steps)
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
     dmp = trainer.strategy.dmp
@@ -90,6 +90,7 @@ def _fit(cfg, *, ckpt_path=None, max_steps=-1):
     }
     return dict(
         losses=list(module.step_losses),
+        labels=list(module.step_label_sums),
         history=module.history,
         tables=tables,
         fused=opt_state,
@@ -109,7 +110,9 @@ def _worker(rank: int, root: str):
     b1 = _fit(b_cfg, max_steps=BATCHES + 4)
     newest = ckpt.find_resume(Path(b_cfg.checkpoint.dir))
     b2 = _fit(b_cfg, ckpt_path=str(Path(b_cfg.checkpoint.dir) / "step-000000008"))
-    return dict(a=a, b1=b1, b2=b2, newest=str(newest))
+    # C = A through TorchRec's TrainPipelineSparseDist (input dist of batch i+1 during batch i)
+    c = _fit(_cfg(root / "c"), pipelined=True)
+    return dict(a=a, b1=b1, b2=b2, c=c, newest=str(newest))
 
 
 def test_table_wise_training_and_bitwise_resume(tmp_path):
@@ -141,3 +144,11 @@ def test_table_wise_training_and_bitwise_resume(tmp_path):
             assert torch.equal(v, b2["dense"][k]), k
         assert a["history"][-1]["val_auc"] == b2["history"][-1]["val_auc"]
         assert a["history"][-1]["val_loss"] == b2["history"][-1]["val_loss"]
+        # the pipelined loop trains the same batches in the same order: same losses
+        c = r["c"]
+        assert c["labels"] == a["labels"], (c["labels"], a["labels"])  # same batches, same order
+        assert len(c["losses"]) == len(a["losses"])
+        assert torch.allclose(
+            torch.tensor(c["losses"]), torch.tensor(a["losses"]), rtol=1e-5, atol=1e-6
+        )
+        assert abs(c["history"][-1]["val_auc"] - a["history"][-1]["val_auc"]) < 1e-4
