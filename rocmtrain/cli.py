@@ -153,21 +153,8 @@ def _task_overrides() -> list[str]:
 # -- integration point: Slurm submission (rocmtrain.launch, owner: slurm area) -------------------
 def maybe_submit(cfg: Any, overrides: list[str]) -> int | None:
     """Submit to Slurm (or print its dry run) when ``cluster.kind == slurm``; None = run here."""
-    try:
-        from rocmtrain.launch import maybe_submit as submit
-    except ImportError:
-        submit = None
-    if submit is None:
-        if getattr(cfg.cluster, "kind", "local") != "local":
-            from rocmtrain.config import ConfigError
+    from rocmtrain.launch import maybe_submit as submit
 
-            raise ConfigError(
-                "cluster.kind",
-                cfg.cluster.kind,
-                "Slurm submission (rocmtrain.launch.maybe_submit) is not available in this build; "
-                "use cluster=local",
-            )
-        return None
     return submit(cfg, overrides)
 
 

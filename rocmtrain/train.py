@@ -195,14 +195,8 @@ def _watchdog_callbacks(cfg: RunConfig, run_dir: Path) -> list[pl.Callback]:
 
 def _monitor_callbacks(cfg: RunConfig, run_dir: Path) -> list[pl.Callback]:
     """rocmtrain.diagnostics.monitor.build_callbacks (diagnostics area)."""
-    try:
-        from rocmtrain.diagnostics.monitor import build_callbacks
-    except ImportError:
-        # TODO(diagnostics): rocmtrain.diagnostics.monitor.build_callbacks not in this tree yet;
-        # wire: return build_callbacks(cfg.monitor, run_dir, profile=cfg.profile)
-        if cfg.profile:
-            log.warning("profile=true but rocmtrain.diagnostics.monitor is not available")
-        return []
+    from rocmtrain.diagnostics.monitor import build_callbacks
+
     return build_callbacks(cfg.monitor, run_dir, profile=cfg.profile)
 
 

@@ -123,11 +123,8 @@ class TorchRecStrategy(DDPStrategy):
 
     def _bind_local_rank(self) -> None:
         """Integration point: ``rocmtrain.launch.binding.bind_local_rank`` (Slurm area)."""
-        try:
-            from rocmtrain.launch.binding import bind_local_rank
-        except ImportError:
-            # TODO(launch): rocmtrain.launch.binding not available yet: no device/NUMA binding.
-            return
+        from rocmtrain.launch.binding import bind_local_rank
+
         bind_local_rank(
             self.local_rank, accelerator="cpu" if self.root_device.type == "cpu" else "gpu"
         )
