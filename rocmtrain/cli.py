@@ -98,7 +98,7 @@ def hydra_main(argv: list[str]) -> int:
         _entry()
     except SystemExit as exc:  # Hydra reports compose errors itself, then exits 1
         code = exc.code if isinstance(exc.code, int) else exit_codes.FAILURE
-        if "code" not in result and code != exit_codes.OK:
+        if "started" not in result and code != exit_codes.OK:
             print(
                 "rocmtrain: error: the command line or a recipe does not compose (see above). "
                 f"Recipes: {', '.join(available_recipes())}; valid keys: "

@@ -150,6 +150,16 @@ def validate_run_config(cfg: RunConfig) -> None:
     from rocmtrain.config import ConfigError, check_choice
 
     check_choice("kernel", cfg.kernel, KERNELS)
+    if cfg.kernel != "fbgemm":  # rocmtrain's TBE implements a subset of FBGEMM's optimizers
+        from rocmtrain.embedding import SUPPORTED_EMBEDDING_OPTIMIZERS as ours
+
+        if cfg.model.embedding_optimizer not in ours:
+            raise ConfigError(
+                "model.embedding_optimizer",
+                cfg.model.embedding_optimizer,
+                f"kernel={cfg.kernel} supports {', '.join(ours)}; use "
+                "model.embedding_optimizer=rowwise_adagrad or kernel=fbgemm",
+            )
     for part in (cfg.model, cfg.trainer, cfg.strategy, cfg.checkpoint):
         part.validate()
     names = {f"t_cat_{i}" for i in range(cfg.model.num_features)}

@@ -1,7 +1,7 @@
 """Strategy schema: TorchRec sharding and the process-group backend.
 
 python -m rocmtrain strategy.sharding_type=row_wise
-python -m rocmtrain 'strategy.per_table_sharding={t_cat_0: data_parallel}'
+python -m rocmtrain +strategy.per_table_sharding.t_cat_0=data_parallel   # one table
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ class StrategyConfig:
     """Sharding of every table: ``auto`` (TorchRec's planner chooses), ``table_wise``,
     ``row_wise``, ``column_wise``, ``table_row_wise``, ``table_column_wise``, ``data_parallel``."""
     per_table_sharding: dict[str, str] = field(default_factory=dict)
-    """Per-table overrides ``{table_name: sharding_type}``; tables are named ``t_cat_<i>``."""
+    """Per-table overrides ``{table_name: sharding_type}``; tables are named ``t_cat_<i>``
+    (command line: ``+strategy.per_table_sharding.t_cat_0=row_wise``)."""
     pipeline: str = "auto"
     """Input-dist/compute overlap: ``sparse_dist`` (TorchRec TrainPipelineSparseDist, GPU),
     ``none`` (plain Lightning loop), ``auto`` (sparse_dist on GPU, none on CPU)."""

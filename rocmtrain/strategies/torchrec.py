@@ -243,8 +243,17 @@ class TorchRecStrategy(DDPStrategy):
 
     @override
     def teardown(self) -> None:
-        if self.model is not self.lightning_module and self.lightning_module is not None:
-            self.model = self.lightning_module
+        module = self.lightning_module
+        if self.model is not module and module is not None:
+            self.model = module
+        if module is not None and any(p.is_meta for p in module.parameters()):
+            # sharding failed half-way (the error is being raised): nothing to move back to the
+            # CPU, and ``module.cpu()`` on meta tensors would hide the real error
+            self.precision_plugin.teardown()
+            assert self.accelerator is not None
+            self.accelerator.teardown()
+            self.checkpoint_io.teardown()
+            return
         super().teardown()
 
     # -- checkpoints -----------------------------------------------------------------------------

@@ -222,3 +222,25 @@ def test_bad_input_is_one_clear_error(case, cli_runs):
     assert "Traceback" not in text, text[-3000:]
     for needle in BAD[case][1]:
         assert needle in text, (needle, text[-3000:])
+
+
+VALUE_ERRORS = {
+    # override -> (field named in the message, a word of the fix)
+    "kernel=torch": ("model.embedding_optimizer='adagrad'", "rowwise_adagrad"),
+    "model.dense_arch_layer_sizes=[64,8]": ("model.dense_arch_layer_sizes", "embedding_dim=16"),
+    "model.multi_hot_sizes=[1,2]": ("model.multi_hot_sizes", "one size per feature (8)"),
+    "+strategy.per_table_sharding.t_cat_99=row_wise": ("strategy.per_table_sharding", "t_cat_7"),
+    "checkpoint.keep_last=0": ("checkpoint.keep_last=0", "keep at least 1"),
+    "trainer.accelerator=tpu": ("trainer.accelerator='tpu'", "cpu, gpu, auto"),
+}
+
+
+@pytest.mark.parametrize("override", sorted(VALUE_ERRORS))
+def test_bad_values_fail_validation_naming_field_and_fix(override):
+    from rocmtrain.config import ConfigError
+    from rocmtrain.config.schema import validate_run_config
+
+    field, fix = VALUE_ERRORS[override]
+    with pytest.raises(ConfigError) as err:
+        validate_run_config(compose("dlrm_cpu", override))
+    assert field in str(err.value) and fix in str(err.value), str(err.value)
