@@ -36,7 +36,12 @@ def main(argv: list[str]) -> int:
         torchmetrics.classification.BinaryAUROC = BinnedBinaryAUROC
     warmup = int(os.environ.get("E2E_WARMUP_STEPS", "15"))
     sync_every = int(os.environ.get("E2E_SYNC_EVERY", "5"))
-    original = train_mod._monitor_callbacks
+    original = getattr(train_mod, "_monitor_callbacks", None)
+    if original is None:
+        raise SystemExit(
+            "e2e_rocmtrain_run.py: rocmtrain.train._monitor_callbacks(cfg, run_dir) is gone; "
+            "update the hook this runner wraps to add ThroughputCallback"
+        )
 
     def callbacks(cfg, run_dir):
         extra = ThroughputCallback(
