@@ -206,6 +206,12 @@ class PipelinedDLRMModule(DLRMModule):
         except StopIteration:
             return False
         self._record(loss, logits, labels)
+        # The pipeline pulls up to 2 batches ahead and Lightning calls no batch-transfer hook in
+        # the dataloader_iter form: count the batch just trained on, so a mid-epoch checkpoint
+        # saves the position of the next batch to train, not of the next one fetched.
+        mark_consumed = getattr(self.trainer.datamodule, "mark_consumed", None)
+        if mark_consumed is not None:
+            mark_consumed()
         return True
 
     def _detach(self) -> None:

@@ -2,8 +2,10 @@
 
 Each rank runs four fits in one process (one startup): A = 2 epochs uninterrupted; B1 = stop
 mid-epoch 2 after a step-interval checkpoint; B2 = resume from B1's step-8 checkpoint to the
-end; C = A through TorchRec's TrainPipelineSparseDist (PipelinedDLRMModule). Every step's loss of A must equal B1's then B2's bit for bit, and so must the final
-sharded tables, the fused optimizer state and the validation metrics.
+end; C = A through TorchRec's TrainPipelineSparseDist (PipelinedDLRMModule); D1/D2 = B1/B2
+pipelined. Every step's loss of A must equal B1's then B2's bit for bit, and so must the final
+sharded tables, the fused optimizer state and the validation metrics; D2's losses must equal
+C's bit for bit (the pipeline's look-ahead is not saved as consumed).
 """
 
 from __future__ import annotations
@@ -112,7 +114,13 @@ def _worker(rank: int, root: str):
     b2 = _fit(b_cfg, ckpt_path=str(Path(b_cfg.checkpoint.dir) / "step-000000008"))
     # C = A through TorchRec's TrainPipelineSparseDist (input dist of batch i+1 during batch i)
     c = _fit(_cfg(root / "c"), pipelined=True)
-    return dict(a=a, b1=b1, b2=b2, c=c, newest=str(newest))
+    # D = B through the pipeline: it fetches up to 2 batches ahead, so the step-8 checkpoint
+    # must record batch 8 (the next one to train), not the next one fetched
+    d_cfg = _cfg(root / "d")
+    d1 = _fit(d_cfg, max_steps=BATCHES + 4, pipelined=True)
+    d_ckpt = Path(d_cfg.checkpoint.dir) / "step-000000008"
+    d2 = _fit(d_cfg, ckpt_path=str(d_ckpt), pipelined=True)
+    return dict(a=a, b1=b1, b2=b2, c=c, d1=d1, d2=d2, newest=str(newest))
 
 
 def test_table_wise_training_and_bitwise_resume(tmp_path):
@@ -152,3 +160,9 @@ def test_table_wise_training_and_bitwise_resume(tmp_path):
             torch.tensor(c["losses"]), torch.tensor(a["losses"]), rtol=1e-5, atol=1e-6
         )
         assert abs(c["history"][-1]["val_auc"] - a["history"][-1]["val_auc"]) < 1e-4
+        # pipelined resume mid-epoch: same batches in the same order, same losses as C
+        d1, d2 = r["d1"], r["d2"]
+        assert d1["losses"][:8] == c["losses"][:8]
+        assert d2["labels"] == a["labels"][8:], (d2["labels"], a["labels"][8:])
+        assert d2["losses"] == c["losses"][8:], (rank, d2["losses"], c["losses"][8:])
+        assert d2["history"][-1]["val_auc"] == c["history"][-1]["val_auc"]
