@@ -8,7 +8,9 @@
 Only the dense (MLP) parameters go to ``configure_optimizers``; the embeddings are updated by
 TorchRec's fused optimizer inside the backward (``apply_optimizer_in_backward``), so their
 parameters are filtered out with ``in_backward_optimizer_filter``. Metrics are torchmetrics
-objects (synced across ranks when computed); per-epoch summaries are printed on rank 0.
+objects (synced across ranks when computed); AUC is exact with ``model.auc_num_thresholds=null``
+(the default) and binned (``rocmtrain.metrics.BinnedBinaryAUROC``) with a number. Per-epoch
+summaries are printed on rank 0.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from torchrec.datasets.utils import Batch
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
 from rocmtrain.config.model import ModelConfig
-from rocmtrain.metrics import NormalizedEntropy
+from rocmtrain.metrics import BinnedBinaryAUROC, NormalizedEntropy
 from rocmtrain.models.dlrm import apply_embedding_optimizer, build_dlrm, dense_optimizer
 
 
@@ -42,8 +44,10 @@ class DLRMModule(pl.LightningModule):
         thresholds = cfg.auc_num_thresholds
         self.train_loss = torchmetrics.MeanMetric()
         self.val_loss = torchmetrics.MeanMetric()
-        self.train_auc = torchmetrics.classification.BinaryAUROC(thresholds=thresholds)
-        self.val_auc = torchmetrics.classification.BinaryAUROC(thresholds=thresholds)
+        # exact AUC when thresholds is None (torchmetrics' own update); binned with an O(B)
+        # update otherwise (same values as BinaryAUROC(thresholds=T), no T-step loop per batch)
+        self.train_auc = BinnedBinaryAUROC(thresholds=thresholds)
+        self.val_auc = BinnedBinaryAUROC(thresholds=thresholds)
         self.val_ne = NormalizedEntropy()
         self.history: list[dict[str, float]] = []
         self.step_losses: list[float] = []
