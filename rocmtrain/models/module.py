@@ -29,6 +29,9 @@ from rocmtrain.config.model import ModelConfig
 from rocmtrain.metrics import BinnedBinaryAUROC, NormalizedEntropy
 from rocmtrain.models.dlrm import apply_embedding_optimizer, build_dlrm, dense_optimizer
 
+_FLUSH_EVERY = 256
+"""Per-step loss records are copied to the host in groups of this many steps."""
+
 
 class DLRMModule(pl.LightningModule):
     """DLRM on TorchRec; ``forward(dense, kjt) -> logits [B]``."""
@@ -42,18 +45,19 @@ class DLRMModule(pl.LightningModule):
         self.model = build_dlrm(cfg, dense_device=dense_device)
         apply_embedding_optimizer(self.model, cfg)
         thresholds = cfg.auc_num_thresholds
-        self.train_loss = torchmetrics.MeanMetric()
-        self.val_loss = torchmetrics.MeanMetric()
+        # nan_strategy="disable": the default NaN check syncs with the GPU on every update (a NaN
+        # loss still shows: it makes the epoch mean NaN)
+        self.train_loss = torchmetrics.MeanMetric(nan_strategy="disable")
+        self.val_loss = torchmetrics.MeanMetric(nan_strategy="disable")
         # exact AUC when thresholds is None (torchmetrics' own update); binned with an O(B)
         # update otherwise (same values as BinaryAUROC(thresholds=T), no T-step loop per batch)
         self.train_auc = BinnedBinaryAUROC(thresholds=thresholds)
         self.val_auc = BinnedBinaryAUROC(thresholds=thresholds)
         self.val_ne = NormalizedEntropy()
         self.history: list[dict[str, float]] = []
-        self.step_losses: list[float] = []
-        """Local (this rank's) training loss of every step, in order (tests compare these)."""
-        self.step_label_sums: list[float] = []
-        """Sum of the labels of every training step (tests check the data order with it)."""
+        self._step_losses: list[float] = []
+        self._step_label_sums: list[float] = []
+        self._pending_steps: list[torch.Tensor] = []  # [loss, label sum] per step, not yet on host
         self._last_val: dict[str, float] = {}
         self._t0 = 0.0
         self._t_last = 0.0
@@ -78,10 +82,32 @@ class DLRMModule(pl.LightningModule):
         self._record(loss, logits, batch.labels)
         return loss
 
+    @property
+    def step_losses(self) -> list[float]:
+        """Local (this rank's) training loss of every step, in order (tests compare these)."""
+        self._flush_steps()
+        return self._step_losses
+
+    @property
+    def step_label_sums(self) -> list[float]:
+        """Sum of the labels of every training step (tests check the data order with it)."""
+        self._flush_steps()
+        return self._step_label_sums
+
+    def _flush_steps(self) -> None:
+        # one host copy per _FLUSH_EVERY steps instead of a GPU sync per step
+        if self._pending_steps:
+            rows = torch.stack(self._pending_steps).double().cpu().tolist()
+            self._pending_steps = []
+            self._step_losses.extend(row[0] for row in rows)
+            self._step_label_sums.extend(row[1] for row in rows)
+
     def _record(self, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> None:
         detached = loss.detach()
-        self.step_losses.append(float(detached))
-        self.step_label_sums.append(float(labels.sum()))
+        label_sum = labels.detach().sum().float()
+        self._pending_steps.append(torch.stack([detached.float(), label_sum]))
+        if len(self._pending_steps) >= _FLUSH_EVERY:
+            self._flush_steps()
         self.train_loss.update(detached)
         self.train_auc.update(torch.sigmoid(logits.detach()), labels.long())
         batch_size = int(labels.shape[0])
