@@ -210,6 +210,11 @@ BAD = {
         ["recipe=dlrm_mi300"],
         ["dlrm_mi300", "needs 8 GPU(s)", "python -m rocmtrain recipe=dlrm_cpu"],
     ),
+    # rocmtrain's kernels have no full Adagrad (dlrm_small's default, fine with fbgemm)
+    "kernel_optimizer_unsupported": (
+        ["kernel=torch"],
+        ["model.embedding_optimizer='adagrad'", "rowwise_adagrad", "kernel=fbgemm"],
+    ),
 }
 
 
@@ -222,6 +227,14 @@ def test_bad_input_is_one_clear_error(case, cli_runs):
     assert "Traceback" not in text, text[-3000:]
     for needle in BAD[case][1]:
         assert needle in text, (needle, text[-3000:])
+
+
+@pytest.mark.slow
+def test_kernel_optimizer_error_is_one_line(cli_runs):
+    p = cli_runs["bad:kernel_optimizer_unsupported"]
+    errors = [line for line in p.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, p.stderr[-3000:]
+    assert all(n in errors[0] for n in BAD["kernel_optimizer_unsupported"][1]), errors
 
 
 VALUE_ERRORS = {
