@@ -298,6 +298,8 @@ class TorchRecStrategy(DDPStrategy):
         extras = ckpt.read_sharded(Path(checkpoint_path), sharded=state, rank=self.global_rank)
         self.lightning_module.load_state_dict(state["model"])
         self.dmp.fused_optimizer.load_state_dict(state["fused_optimizer"])
+        if extras.get("global_step") is not None:  # not in the fused state (Adam's bias corr.)
+            _set_kernel_step(self.dmp.fused_optimizer, int(extras["global_step"]))
         if "rng" in extras:
             _set_rng_state(extras.pop("rng"))
         return extras
@@ -343,3 +345,14 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
+
+
+def _set_kernel_step(optimizer: Any, step: int) -> None:
+    """``set_optimizer_step(step)`` on every rocmtrain-kernel fused optimizer (kernel=triton|torch)
+    inside TorchRec's (nested) CombinedOptimizer; FBGEMM's are left as they are."""
+    from rocmtrain.embedding.kernel import RocmEmbeddingFusedOptimizer
+
+    if isinstance(optimizer, RocmEmbeddingFusedOptimizer):
+        optimizer.set_optimizer_step(step)
+    for _, inner in getattr(optimizer, "optimizers", ()):
+        _set_kernel_step(inner, step)
