@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -221,7 +222,8 @@ class FileKV:
 
     def _tmp(self, path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        # pid + thread id: the monitor thread and the training thread may write the same key
+        return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
 
     def set(self, key: str, value: str) -> None:
         path = self._path(key)
