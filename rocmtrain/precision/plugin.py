@@ -76,16 +76,7 @@ class _NumericsMixin:
         self._hooked = []
         self._session.restore()
 
-
-class RocmtrainPrecision(_NumericsMixin, Precision):
-    """Full fp32 training (``precision.mode=32``) with the global numerics policy applied."""
-
-    precision = "32-true"
-
-    def __init__(self, cfg: PrecisionConfig, *, run_dir: str | Path | None = None) -> None:
-        super().__init__()
-        self._init_numerics(cfg, run_dir)
-
+    # Lightning hooks shared by both plugins; super() is Precision or MixedPrecision.
     @override
     def convert_module(self, module: nn.Module) -> nn.Module:
         self._activate(module)
@@ -100,6 +91,16 @@ class RocmtrainPrecision(_NumericsMixin, Precision):
     def teardown(self) -> None:
         self._deactivate()
         super().teardown()
+
+
+class RocmtrainPrecision(_NumericsMixin, Precision):
+    """Full fp32 training (``precision.mode=32``) with the global numerics policy applied."""
+
+    precision = "32-true"
+
+    def __init__(self, cfg: PrecisionConfig, *, run_dir: str | Path | None = None) -> None:
+        super().__init__()
+        self._init_numerics(cfg, run_dir)
 
 
 class RocmtrainMixedPrecision(_NumericsMixin, MixedPrecision):
@@ -134,21 +135,6 @@ class RocmtrainMixedPrecision(_NumericsMixin, MixedPrecision):
             "interaction": p.interaction,
             "over_arch": p.over_arch,
         }
-
-    @override
-    def convert_module(self, module: nn.Module) -> nn.Module:
-        self._activate(module)
-        return super().convert_module(module)
-
-    @override
-    def connect(self, model: nn.Module, optimizers: list, lr_schedulers: list) -> tuple:
-        self._activate(model)
-        return super().connect(model, optimizers, lr_schedulers)
-
-    @override
-    def teardown(self) -> None:
-        self._deactivate()
-        super().teardown()
 
 
 def build_precision_plugin(
