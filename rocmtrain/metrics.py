@@ -77,7 +77,7 @@ class BinnedBinaryAUROC(BinaryAUROC):
     torchmetrics' own binned update loops over all ``T`` thresholds (several kernels each) once a
     batch has more than 50k predictions, i.e. ~``4 T`` kernel launches per step for a GPU batch
     of 65536 (seconds per step at ``T = 10000``). This update adds the identical confusion-matrix
-    state with one ``bucketize`` and one ``bincount`` and never syncs with the device::
+    state with one ``bucketize`` and one ``scatter_add_`` and never syncs with the device::
 
         auc = BinnedBinaryAUROC(thresholds=10000)
         auc.update(probs, labels); auc.compute()       # same value as BinaryAUROC
@@ -99,7 +99,12 @@ def binned_confmat(
     t = thresholds.numel()
     # bucket k = number of thresholds <= p, so p >= thresholds[i] <=> k >= i + 1
     bucket = torch.bucketize(probs, thresholds, right=True)
-    hist = torch.bincount(bucket + (t + 1) * pos.long(), minlength=2 * (t + 1)).view(2, t + 1)
+    # scatter_add_ into a fixed-size histogram: torch.bincount would read max(input) back to the
+    # host to size its output (one device sync per update on CUDA/ROCm)
+    index = bucket + (t + 1) * pos.long()
+    hist = torch.zeros(2 * (t + 1), dtype=torch.long, device=probs.device)
+    hist.scatter_add_(0, index, torch.ones_like(index))
+    hist = hist.view(2, t + 1)
     ge = hist.flip(1).cumsum(1).flip(1)[:, 1:]  # [neg/pos, T]: count with p >= thresholds[i]
     total = hist.sum(1, keepdim=True)
     confmat = torch.empty(t, 2, 2, dtype=torch.long, device=probs.device)

@@ -52,8 +52,17 @@ class MonitorConfig:
     profiler_top_k: int = 25
     """``profile=true``: rows in the top-kernels table."""
 
+    sync_report_steps: int = 0
+    """Record every host-device sync of this many training steps with the Python line that caused
+    it (``<run_dir>/syncs/``; GPU runs; :mod:`rocmtrain.diagnostics.syncs`). 0 = off."""
+
+    sync_report_start_step: int = 10
+    """``sync_report_steps``: the optimizer step to start at (after warm-up)."""
+
     def __post_init__(self) -> None:
         checks = {
+            "sync_report_steps": self.sync_report_steps >= 0,
+            "sync_report_start_step": self.sync_report_start_step >= 0,
             "interval_seconds": self.interval_seconds > 0,
             "log_every_n_steps": self.log_every_n_steps >= 1,
             "warmup_steps": self.warmup_steps >= 0,

@@ -267,7 +267,8 @@ def _write_samples_csv(path: Path, samples: list[Sample], t0: float) -> None:
 
 
 def build_callbacks(cfg: MonitorConfig, run_dir: Path, *, profile: bool) -> list[pl.Callback]:
-    """The diagnostics callbacks for a run: device monitor (if enabled) and profiler (if profile)."""
+    """The diagnostics callbacks of a run: device monitor (if enabled), profiler (if profile), sync
+    report (if ``sync_report_steps``)."""
     callbacks: list[pl.Callback] = []
     if cfg.enabled:
         callbacks.append(DeviceMonitor(cfg, Path(run_dir)))
@@ -275,4 +276,12 @@ def build_callbacks(cfg: MonitorConfig, run_dir: Path, *, profile: bool) -> list
         from rocmtrain.diagnostics.profiling import ProfilerCallback
 
         callbacks.append(ProfilerCallback(cfg, Path(run_dir)))
+    if cfg.sync_report_steps:
+        from rocmtrain.diagnostics.syncs import SyncReportCallback
+
+        callbacks.append(
+            SyncReportCallback(
+                Path(run_dir), start_step=cfg.sync_report_start_step, steps=cfg.sync_report_steps
+            )
+        )
     return callbacks

@@ -8,13 +8,18 @@ discarded, then ``profiler_active_steps`` recorded. Output in ``<run_dir>/profil
 - ``trace_rank{R}.json``: Chrome trace; open in https://ui.perfetto.dev or chrome://tracing;
 - ``top_kernels_rank{R}.md``: the top GPU kernels by self device time (on CPU: top operators by
   self CPU time) with calls, self/total time and share;
-- ``top_kernels_rank{R}.txt``: torch's own ``key_averages().table(...)``.
+- ``top_kernels_rank{R}.txt``: torch's own ``key_averages().table(...)``;
+- ``step_timeline_rank{R}.json``: per recorded step, the wall time, the time the GPU was busy
+  (union of kernel and copy intervals over all streams) and the host-blocking sync calls
+  (``cudaStreamSynchronize``/``hipStreamSynchronize``, blocking memcpys ...). A step whose GPU is
+  busy for much less than its wall time is bound by the host: launches, Python, or syncs.
 
 For whole-program GPU traces use ``scripts/profile/profile_recipe.sh`` (rocprofv3 / rocprof / nsys).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -70,6 +75,88 @@ def top_table(prof: profile, *, k: int, gpu: bool) -> tuple[str, list[dict]]:
             f"| {n} | `{name}` | {r['calls']} | {r['self_ms']:.3f} | {r['total_ms']:.3f} | {r['share']:.1%} |"
         )
     return "\n".join(lines) + "\n", rows
+
+
+#: runtime calls that block the host until the device catches up (CUDA and HIP spellings)
+SYNC_CALLS = tuple(
+    f"{api}{name}"
+    for api in ("cuda", "hip")
+    for name in (
+        "StreamSynchronize",
+        "DeviceSynchronize",
+        "EventSynchronize",
+        "Memcpy",  # a plain (not Async) memcpy blocks
+        "MemcpyDtoH",
+    )
+)
+
+
+def _union_ms(intervals: list[tuple[float, float]]) -> float:
+    """Total length (ms) of the union of ``(start_us, end_us)`` intervals."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total / 1e3
+
+
+def step_timeline(events: list) -> dict:
+    """Per-step wall / device-busy time and host sync calls from ``prof.events()``.
+
+    ``events`` are torch's ``FunctionEvent``\ s of one profiled window; steps are the
+    ``ProfilerStep`` ranges (``ProfilerStep*`` in the events, ``ProfilerStep#N`` in the trace), in order. Device activity is every event whose ``device_type`` is not the CPU
+    (kernels, memcpys, memsets), clipped to the step; overlapping streams count once.
+    """
+    from torch.autograd import DeviceType
+
+    steps = sorted(
+        (e for e in events if e.name.startswith("ProfilerStep")), key=lambda e: e.time_range.start
+    )
+    device = [
+        (e.time_range.start, e.time_range.end)
+        for e in events
+        if e.device_type != DeviceType.CPU and e.time_range.end > e.time_range.start
+    ]
+    syncs = [e for e in events if e.device_type == DeviceType.CPU and e.name in SYNC_CALLS]
+    rows = []
+    for i, st in enumerate(steps):
+        a, b = st.time_range.start, st.time_range.end
+        busy = _union_ms([(max(x, a), min(y, b)) for x, y in device if y > a and x < b])
+        calls: dict[str, int] = {}
+        for e in syncs:
+            if a <= e.time_range.start < b:
+                calls[e.name] = calls.get(e.name, 0) + 1
+        wall = (b - a) / 1e3
+        rows.append(
+            {
+                "step": i,
+                "wall_ms": wall,
+                "device_busy_ms": busy if device else None,
+                "device_busy_fraction": busy / wall if device and wall > 0 else None,
+                "host_sync_calls": calls,
+            }
+        )
+    n = len(rows) or 1
+    have_device = bool(device)
+    return {
+        "steps": rows,
+        "mean_wall_ms": sum(r["wall_ms"] for r in rows) / n,
+        "mean_device_busy_ms": sum(r["device_busy_ms"] for r in rows) / n if have_device else None,
+        "mean_host_sync_calls": sum(sum(r["host_sync_calls"].values()) for r in rows) / n,
+    }
+
+
+def timeline_markdown(t: dict) -> str:
+    """Two lines for the top-kernels report."""
+    busy = t["mean_device_busy_ms"]
+    share = f" ({busy / t['mean_wall_ms']:.0%} of the step)" if busy and t["mean_wall_ms"] else ""
+    busy_s = f"{busy:.2f} ms{share}" if busy is not None else "n/a (no device activity)"
+    return (
+        f"Per recorded step: wall {t['mean_wall_ms']:.2f} ms, device busy {busy_s}, "
+        f"host-blocking sync calls {t['mean_host_sync_calls']:.1f}.\n"
+    )
 
 
 class ProfilerCallback(pl.Callback):
@@ -134,15 +221,21 @@ class ProfilerCallback(pl.Callback):
         prof.export_chrome_trace(str(trace))
         gpu = platform.has_gpu()
         md, _ = top_table(prof, k=self._cfg.profiler_top_k, gpu=gpu)
+        timeline = step_timeline(list(prof.events()))
+        tl_path = self._dir / f"step_timeline_rank{self._rank}.json"
+        tl_path.write_text(json.dumps(timeline, indent=2))
         md_path = self._dir / f"top_kernels_rank{self._rank}.md"
         md_path.write_text(
             f"# Top {'kernels' if gpu else 'operators'} (rank {self._rank}, "
-            f"{self._cfg.profiler_active_steps} active steps, torch {torch.__version__})\n\n" + md
+            f"{self._cfg.profiler_active_steps} active steps, torch {torch.__version__})\n\n"
+            + timeline_markdown(timeline)
+            + "\n"
+            + md
         )
         sort_by = "self_device_time_total" if gpu else "self_cpu_time_total"
         txt_path = self._dir / f"top_kernels_rank{self._rank}.txt"
         txt_path.write_text(
             prof.key_averages().table(sort_by=sort_by, row_limit=self._cfg.profiler_top_k)
         )
-        self.written = [trace, md_path, txt_path]
+        self.written = [trace, md_path, txt_path, tl_path]
         log.info("profiler: wrote %s (open in https://ui.perfetto.dev) and %s", trace, md_path)

@@ -80,3 +80,27 @@ def test_profiler_gpu_kernels(tmp_path: Path) -> None:
     md = (tmp_path / "profile/top_kernels_rank0.md").read_text()
     assert "| kernel |" in md and "self device time" in md
     assert len([ln for ln in md.splitlines() if ln.startswith("| 1 |")]) == 1
+    timeline = json.loads((tmp_path / "profile/step_timeline_rank0.json").read_text())
+    assert len(timeline["steps"]) == 3
+    for r in timeline["steps"]:  # the GPU did work inside every step, never longer than the step
+        assert 0 < r["device_busy_ms"] <= r["wall_ms"] * 1.001
+
+
+def test_step_timeline_counts_a_sync() -> None:
+    """A ``.item()`` per step shows as one host-blocking call per step; the busy time of a
+    known-length kernel is within the step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from rocmtrain.diagnostics.profiling import step_timeline
+
+    x = torch.randn(4096, 4096, device="cuda")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            y = x @ x
+            float(y[0, 0])  # one device->host copy that blocks
+            prof.step()
+    t = step_timeline(list(prof.events()))
+    assert len(t["steps"]) >= 3
+    for r in t["steps"][:3]:
+        assert sum(r["host_sync_calls"].values()) >= 1, r
+        assert r["device_busy_ms"] > 0.05  # a 4096^3 matmul is ~0.1-1 ms on any data-centre GPU

@@ -140,6 +140,24 @@ def test_profiler_window_in_cpu_fit(tmp_path: Path) -> None:
     row = next(line for line in md.splitlines() if "`aten::linear`" in line)
     assert row.split("|")[3].strip() == "6"
     assert "aten::" in (tmp_path / "profile/top_kernels_rank0.txt").read_text()
+    # the step timeline: one row per recorded step, wall time = the trace's ProfilerStep span
+    timeline = json.loads((tmp_path / "profile/step_timeline_rank0.json").read_text())
+    spans = sorted(
+        (e["ts"], e["dur"] / 1e3) for e in trace["traceEvents"] if e.get("name") in steps
+    )
+    assert [r["step"] for r in timeline["steps"]] == [0, 1, 2]
+    for r, (_, dur) in zip(timeline["steps"], spans, strict=True):
+        assert r["wall_ms"] == pytest.approx(dur, rel=1e-3, abs=1e-3)
+        assert r["device_busy_ms"] is None and r["host_sync_calls"] == {}  # CPU run
+    assert "Per recorded step: wall" in md
+
+
+def test_union_of_intervals() -> None:
+    from rocmtrain.diagnostics.profiling import _union_ms
+
+    # overlapping streams count once; nested and disjoint intervals; microseconds in, ms out
+    assert _union_ms([(0, 1000), (500, 1500), (600, 700), (3000, 4000)]) == pytest.approx(2.5)
+    assert _union_ms([]) == 0.0
 
 
 def test_profiler_window_not_reached(tmp_path: Path) -> None:
