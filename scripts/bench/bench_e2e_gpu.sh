@@ -50,12 +50,14 @@ if [ "$MODE" = gpu ]; then
   NGPU=$($PY -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
   GB=65536; ROWS_CAP=10000000; WARMUP=15; SYNC=5; TRAIN_BATCHES=35; VAL_BATCHES=2; CACHE=4
   ANCHOR_STEPS=50; STAGE_T=170
+  FRESH_WORKERS=12; FRESH_BATCHES=40; FRESH_VAL=4
   RT_COMMON=(trainer=gpu strategy.backend=nccl)
   ANCHOR_DEV=()
 else
   NGPU=2  # two gloo ranks stand in for two GPUs
   GB=256; ROWS_CAP=2000; WARMUP=2; SYNC=2; TRAIN_BATCHES=6; VAL_BATCHES=1; CACHE=2
   ANCHOR_STEPS=4; STAGE_T=240
+  FRESH_WORKERS=1; FRESH_BATCHES=6; FRESH_VAL=1
   RT_COMMON=(trainer=cpu strategy.backend=gloo)
   ANCHOR_DEV=(--cpu)
   export TRITON_INTERPRET=1  # kernel=triton stages run rocmtrain's Triton TBE in the interpreter
@@ -157,19 +159,29 @@ else
 fi
 
 # Stages in priority order (the budget cuts from the end).
-anchor anchor_1gpu_bf16 1 --bf16 "${ANCHOR_SMALL[@]}"
-rocm rt_1gpu_fbgemm_bf16 1 kernel=fbgemm "${BF16[@]}" "${PROF[@]}" "${SMALL[@]}" "${PIPE[@]}"
+#   *_lean:  the optional callbacks off (grad health, device monitor, watchdog): what they cost
+#   *_fresh: new planted-signal batches every step (DataLoader workers generate them; nothing to
+#            memorise): the convergence run; its rate is bound by host-side generation
+LEAN=(precision.grad_health.enabled=false monitor.enabled=false watchdog.enabled=false)
+SYNCS=(monitor.sync_report_steps=4 monitor.sync_report_start_step=9)
+FRESH=(data.cache_batches=0 data.resample_each_epoch=true "data.num_workers=$FRESH_WORKERS"
+       "data.num_train_batches=$FRESH_BATCHES" "data.num_val_batches=$FRESH_VAL" trainer.max_epochs=3)
+anchor anchor_1gpu_bf16 1 --bf16 --profile-dir "$WORK/runs/anchor_1gpu_bf16/profile" "${ANCHOR_SMALL[@]}"
+rocm rt_1gpu_fbgemm_bf16 1 kernel=fbgemm "${BF16[@]}" "${PROF[@]}" "${SYNCS[@]}" "${SMALL[@]}" "${PIPE[@]}"
+rocm rt_1gpu_fbgemm_bf16_lean 1 kernel=fbgemm "${BF16[@]}" "${LEAN[@]}" "${SMALL[@]}" "${PIPE[@]}"
 rocm rt_2gpu_fbgemm_bf16 2 kernel=fbgemm "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}"
 anchor anchor_2gpu_bf16 2 --bf16 "${ANCHOR_SMALL[@]}"
 rocm rt_1gpu_triton_bf16 1 kernel=triton "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}"
 rocm rt_2gpu_triton_bf16 2 kernel=triton "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}"
+rocm rt_1gpu_fbgemm_bf16_fresh 1 kernel=fbgemm "${BF16[@]}" "${FRESH[@]}" "${SMALL[@]}" "${PIPE[@]}"
 rocm rt_1gpu_fbgemm_bf16_nopipe 1 kernel=fbgemm strategy.pipeline=none "${BF16[@]}" "${SMALL[@]}"
 anchor anchor_1gpu_fp32 1 "${ANCHOR_SMALL[@]}"
 rocm rt_1gpu_fbgemm_fp32 1 kernel=fbgemm precision=fp32 "${SMALL[@]}" "${PIPE[@]}"
 
 # Small files of every run dir + all logs -> one archive.
-( cd "$WORK" && find runs -maxdepth 3 \( -name throughput.json -o -name step_stats.json \
-    -o -name 'top_kernels*.md' -o -name 'top_kernels*.txt' -o -name '*.csv' \) -size -2M -print0 \
+( cd "$WORK" && find runs -maxdepth 4 \( -name throughput.json -o -name step_stats.json \
+    -o -name 'top_kernels*.md' -o -name 'top_kernels*.txt' -o -name '*.csv' \
+    -o -name 'step_timeline*.json' -o -name 'syncs_rank*' \) -size -2M -print0 \
     | tar --null -czf "$E2E/logs.tar.gz" logs stages.jsonl -T - ) 2>/dev/null \
   || tar -czf "$E2E/logs.tar.gz" -C "$WORK" logs stages.jsonl
 summarise

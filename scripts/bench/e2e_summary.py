@@ -6,7 +6,10 @@
 seconds, command, result=<json path>, run_dir). Anchor results come from
 ``e2e_torchrec_anchor.py --out``; rocmtrain results from ``<run_dir>/throughput.json``
 (e2e_throughput.ThroughputCallback). Stage names encode the config:
-``anchor_<n>gpu_<prec>`` / ``rt_<n>gpu_<kernel>_<prec>[_nopipe]``. Missing or failed stages are
+``anchor_<n>gpu_<prec>`` / ``rt_<n>gpu_<kernel>_<prec>[_<variant>]`` (variants: ``nopipe`` = no
+input pipeline, ``lean`` = optional callbacks off, ``fresh`` = new batches every step (the
+convergence run)). Profiles (``<run_dir>/profile/step_timeline*.json``) and sync reports
+(``<run_dir>/syncs/syncs_rank0.md``) of any stage are summarised too. Missing or failed stages are
 listed with their status; the script never fails on partial data.
 """
 
@@ -20,7 +23,7 @@ from typing import Any
 
 TARGET_1GPU = 1.9e6  # samples/s: MLPerf Training v4.0 8xH200 DLRM-DCNv2 record, per GPU
 TARGET_SCALING = 1.85
-NAME = re.compile(r"(anchor|rt)_(\d)gpu(?:_(fbgemm|triton|torch))?_(bf16|fp32)(_nopipe)?$")
+NAME = re.compile(r"(anchor|rt)_(\d)gpu(?:_(fbgemm|triton|torch))?_(bf16|fp32)(?:_([a-z]+))?$")
 
 
 def load_stages(path: Path) -> list[dict[str, Any]]:
@@ -50,7 +53,8 @@ def row_of(stage: dict[str, Any]) -> dict[str, Any]:
         "gpus": stage.get("gpus"),
         "kernel": (m.group(3) if m and m.group(3) else "fbgemm"),
         "precision": m.group(4) if m else "?",
-        "pipeline": not (m and m.group(5)),
+        "variant": (m.group(5) or "") if m else "",
+        "pipeline": not (m and m.group(5) == "nopipe"),
         "status": stage.get("status"),
         "seconds": stage.get("seconds"),
         "command": stage.get("command"),
@@ -99,10 +103,10 @@ def _fmt(x: float | None, spec: str = ".1f") -> str:
 
 def annotate(rows: list[dict[str, Any]]) -> None:
     """vs-anchor ratio (same GPUs, precision) and 2-GPU scaling (same impl/kernel/precision)."""
-    by = {(r["impl"], r["gpus"], r["kernel"], r["precision"], r["pipeline"]): r for r in rows}
+    by = {(r["impl"], r["gpus"], r["kernel"], r["precision"], r["variant"]): r for r in rows}
     for r in rows:
-        anchor = by.get(("plain TorchRec", r["gpus"], "fbgemm", r["precision"], True))
-        one = by.get((r["impl"], 1, r["kernel"], r["precision"], r["pipeline"]))
+        anchor = by.get(("plain TorchRec", r["gpus"], "fbgemm", r["precision"], ""))
+        one = by.get((r["impl"], 1, r["kernel"], r["precision"], r["variant"]))
         rate = r["samples_per_s"]
         r["vs_anchor"] = (
             rate / anchor["samples_per_s"]
@@ -119,7 +123,7 @@ def annotate(rows: list[dict[str, Any]]) -> None:
 def targets(rows: list[dict[str, Any]]) -> list[str]:
     lines = []
     for r in rows:
-        if r["impl"] != "rocmtrain" or not r["samples_per_s"]:
+        if r["impl"] != "rocmtrain" or not r["samples_per_s"] or r["variant"]:
             continue
         if r["gpus"] == 1:
             ok = r["samples_per_s"] >= TARGET_1GPU
@@ -137,15 +141,52 @@ def targets(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def profile_excerpt(rows: list[dict[str, Any]], stages: list[dict[str, Any]], n: int = 20) -> str:
+def _run_dir(stage: dict[str, Any]) -> Path | None:
+    if stage.get("run_dir"):
+        return Path(stage["run_dir"])
+    result = stage.get("result")  # anchors: WORK/NAME.json, profile in WORK/runs/NAME/profile
+    return Path(result).parent / "runs" / stage["name"] if result else None
+
+
+def profile_excerpt(stages: list[dict[str, Any]], n: int = 20) -> str:
+    """Step timelines of every profiled stage, then the top kernels of each."""
+    out, tables = [], []
     for s in stages:
-        if not s.get("run_dir"):
+        run = _run_dir(s)
+        if run is None:
             continue
-        md = Path(s["run_dir"]) / "profile" / "top_kernels_rank0.md"
-        if md.is_file():
+        prof = run / "profile"
+        for tl in sorted(prof.glob("step_timeline*.json")):
+            t = _read_json(str(tl)) or {}
+            busy, wall = t.get("mean_device_busy_ms"), t.get("mean_wall_ms")
+            out.append(
+                f"| {s['name']} | {_fmt(wall, '.2f')} | {_fmt(busy, '.2f')} | "
+                f"{_fmt(100 * busy / wall if busy and wall else None, '.0f')} | "
+                f"{_fmt(t.get('mean_host_sync_calls'), '.1f')} |"
+            )
+        for md in sorted(prof.glob("top_kernels*.md")):
             lines = md.read_text().splitlines()
-            return f"### Profile ({s['name']}, {md.name})\n\n" + "\n".join(lines[: n + 4]) + "\n"
-    return ""
+            tables.append(f"### Profile ({s['name']}, {md.name})\n\n" + "\n".join(lines[: n + 6]))
+    if not out and not tables:
+        return ""
+    head = [
+        "## Step timeline (torch.profiler, 3 recorded steps inside the warm-up)",
+        "",
+        "| stage | wall ms/step | GPU busy ms/step | GPU busy % | blocking sync calls/step |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    return "\n".join(head + out) + "\n\n" + "\n\n".join(tables) + "\n"
+
+
+def sync_excerpt(stages: list[dict[str, Any]], n: int = 12) -> str:
+    parts = []
+    for s in stages:
+        run = _run_dir(s)
+        md = run / "syncs" / "syncs_rank0.md" if run else None
+        if md is not None and md.is_file():
+            body = md.read_text().split("\n## ")[0].splitlines()
+            parts.append(f"### Sync report ({s['name']})\n\n" + "\n".join(body[: n + 4]))
+    return "\n\n".join(parts) + "\n" if parts else ""
 
 
 def render(rows: list[dict[str, Any]], stages, *, mode: str, env: str) -> str:
@@ -171,9 +212,9 @@ def render(rows: list[dict[str, Any]], stages, *, mode: str, env: str) -> str:
         )
     out += ["", "## Targets", ""] + (targets(rows) or ["- no rocmtrain result yet"]) + [""]
     out += ["## Commands", ""] + [f"- `{r['name']}`: `{r['command']}`" for r in rows] + [""]
-    prof = profile_excerpt(rows, stages)
-    if prof:
-        out += [prof]
+    for extra in (profile_excerpt(stages), sync_excerpt(stages)):
+        if extra:
+            out += [extra]
     return "\n".join(out)
 
 

@@ -113,6 +113,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sync-every", type=int, default=5, help="steps per timed window")
     p.add_argument("--small-dense", action="store_true", help="tiny MLPs/DCN (CPU smoke test)")
     p.add_argument("--cpu", action="store_true", help="CPU + gloo (smoke test of the script)")
+    p.add_argument(
+        "--profile-dir",
+        default=None,
+        help="torch.profiler over steps 6-8 (wait 3, warm-up 2, 3 recorded; rank 0): writes "
+        "top_kernels.md and step_timeline.json (wall vs GPU-busy time, blocking syncs) here, "
+        "the same tables as rocmtrain's profile=true",
+    )
     return p.parse_args()
 
 
@@ -158,6 +165,39 @@ def planted_batches(n: int, batch: int, rows: list[int], *, args, rank: int, wor
     )
     source = factory("train", rank, world)
     return [source.block(b) for b in range(n)]
+
+
+def _profiler(args: argparse.Namespace, device: torch.device):
+    """torch.profiler over steps 6-8; the report uses rocmtrain's profiling tables."""
+    from pathlib import Path
+
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from rocmtrain.diagnostics.profiling import step_timeline, timeline_markdown, top_table
+
+    out = Path(args.profile_dir)
+    gpu = device.type == "cuda"
+
+    def ready(prof) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        timeline = step_timeline(list(prof.events()))
+        (out / "step_timeline.json").write_text(json.dumps(timeline, indent=2))
+        md, _ = top_table(prof, k=30, gpu=gpu)
+        (out / "top_kernels.md").write_text(
+            "# Plain TorchRec anchor, rank 0, 3 recorded steps\n\n"
+            + timeline_markdown(timeline)
+            + "\n"
+            + md
+        )
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    prof = profile(
+        activities=activities,
+        schedule=schedule(wait=3, warmup=2, active=3, repeat=1),
+        on_trace_ready=ready,
+    )
+    prof.start()
+    return prof
 
 
 def main() -> None:
@@ -241,11 +281,17 @@ def main() -> None:
     # pipeline's look-ahead); median window rate, like rocmtrain's ThroughputCallback
     step_ms: list[float] = []
     losses: list[torch.Tensor] = []
+    prof = _profiler(args, device) if args.profile_dir and rank == 0 else None
     sync()
     t0 = time.perf_counter()
     for step in range(args.warmup + args.steps):
         with amp:
             out = pipeline.progress(it)  # DLRMTrain: (loss, logits, labels), detached
+        if prof is not None:
+            prof.step()
+            if step == 8:  # window done (wait 3 + warm-up 2 + 3 recorded), inside the warm-up
+                prof.stop()
+                prof = None
         loss = out[0]
         if step % 10 == 0:
             losses.append(loss.detach().float())
@@ -256,6 +302,8 @@ def main() -> None:
             if done > 0:
                 step_ms.append((now - t0) * 1e3 / args.sync_every)
             t0 = now
+    if prof is not None:  # a run shorter than the window: flush what was recorded
+        prof.stop()
     med = statistics.median(step_ms)
     res = {
         "provider": "plain_torchrec",
