@@ -124,16 +124,29 @@ class GradHealthConfig:
     enabled: bool = True
     """Add the callback to the trainer."""
     log_every_n_steps: int = 50
-    """Log per-group grad norms every N optimizer steps (NaN/Inf checks run every step)."""
+    """Log per-group grad norms every N optimizer steps (NaN/Inf checks: ``check_every_n_steps``)."""
     on_nonfinite: str = "skip_step"
     """What a NaN/Inf gradient does: ``log`` (log and step anyway), ``skip_step`` (zero the grads and
     skip ``optimizer.step``), ``raise`` (stop the run with the parameter name and step)."""
+    check_every_n_steps: int = 1
+    """Read the NaN/Inf result on the host every N optimizer steps. Each check costs one
+    device->host sync; between checks the grads are still checked on the device every step, but
+    with N > 1 a non-finite step between checks is only counted and reported (warning with the count
+    and first step) at the next check, NOT skipped: ``skip_step`` and ``raise`` act only on check
+    steps, and only a check step names the parameter. 1 = check (and skip) every step. GPU
+    throughput recipes set N to their log interval."""
 
     def __post_init__(self) -> None:
         _check("grad_health.on_nonfinite", self.on_nonfinite, NONFINITE_ACTIONS)
         if self.log_every_n_steps < 1:
             raise ValueError(
                 f"precision.grad_health.log_every_n_steps={self.log_every_n_steps} must be >= 1"
+            )
+        if self.check_every_n_steps < 1:
+            raise ValueError(
+                f"precision.grad_health.check_every_n_steps={self.check_every_n_steps} must be "
+                ">= 1. Set precision.grad_health.check_every_n_steps=1 to check every step, or N "
+                "(e.g. the log interval) to check every N steps with one host sync each"
             )
 
 
