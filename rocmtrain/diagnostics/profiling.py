@@ -111,13 +111,21 @@ def step_timeline(events: list) -> dict:
     """
     from torch.autograd import DeviceType
 
+    def is_step(e) -> bool:
+        return e.name.startswith("ProfilerStep")
+
+    # host-side step ranges only (the GPU timeline carries a copy of each as a user annotation)
     steps = sorted(
-        (e for e in events if e.name.startswith("ProfilerStep")), key=lambda e: e.time_range.start
+        (e for e in events if is_step(e) and e.device_type == DeviceType.CPU),
+        key=lambda e: e.time_range.start,
     )
     device = [
         (e.time_range.start, e.time_range.end)
         for e in events
-        if e.device_type != DeviceType.CPU and e.time_range.end > e.time_range.start
+        if e.device_type != DeviceType.CPU
+        and not getattr(e, "is_user_annotation", False)  # record_function ranges, not work
+        and not is_step(e)
+        and e.time_range.end > e.time_range.start
     ]
     syncs = [e for e in events if e.device_type == DeviceType.CPU and e.name in SYNC_CALLS]
     rows = []

@@ -64,10 +64,23 @@ def build_dlrm(cfg: ModelConfig, *, dense_device: torch.device | None = None) ->
         dense_device=dense_device,
     )
     if cfg.interaction == "dcn":
-        return DLRM_DCN(
+        model = DLRM_DCN(
             **common, dcn_num_layers=cfg.dcn_num_layers, dcn_low_rank_dim=cfg.dcn_low_rank_dim
         )
+        if cfg.compile_interaction:
+            compile_crossnet(model.inter_arch.crossnet)
+        return model
     return DLRM(**common)
+
+
+def compile_crossnet(crossnet: nn.Module) -> None:
+    """``torch.compile`` a cross network in place (``nn.Module.compile``: parameter names and
+    state-dict keys stay as they are, so checkpoints and the sharding plan do not change).
+
+    Static shapes: one graph per batch size and grad mode (training, validation); the fused
+    elementwise kernels keep eager's dtypes.
+    """
+    crossnet.compile(dynamic=False)
 
 
 def apply_embedding_optimizer(module: nn.Module, cfg: ModelConfig) -> None:

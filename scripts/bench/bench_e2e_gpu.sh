@@ -159,6 +159,7 @@ else
 fi
 
 # Stages in priority order (the budget cuts from the end).
+#   *_eager: model.compile_interaction=false (the recipe compiles the DCN cross net)
 #   *_lean:  the optional callbacks off (grad health, device monitor, watchdog): what they cost
 #   *_fresh: new planted-signal batches every step (DataLoader workers generate them; nothing to
 #            memorise): the convergence run; its rate is bound by host-side generation
@@ -168,6 +169,7 @@ FRESH=(data.cache_batches=0 data.resample_each_epoch=true "data.num_workers=$FRE
        "data.num_train_batches=$FRESH_BATCHES" "data.num_val_batches=$FRESH_VAL" trainer.max_epochs=3)
 anchor anchor_1gpu_bf16 1 --bf16 --profile-dir "$WORK/runs/anchor_1gpu_bf16/profile" "${ANCHOR_SMALL[@]}"
 rocm rt_1gpu_fbgemm_bf16 1 kernel=fbgemm "${BF16[@]}" "${PROF[@]}" "${SYNCS[@]}" "${SMALL[@]}" "${PIPE[@]}"
+rocm rt_1gpu_fbgemm_bf16_eager 1 kernel=fbgemm "${BF16[@]}" model.compile_interaction=false "${SMALL[@]}" "${PIPE[@]}"
 rocm rt_1gpu_fbgemm_bf16_lean 1 kernel=fbgemm "${BF16[@]}" "${LEAN[@]}" "${SMALL[@]}" "${PIPE[@]}"
 rocm rt_2gpu_fbgemm_bf16 2 kernel=fbgemm "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}"
 anchor anchor_2gpu_bf16 2 --bf16 "${ANCHOR_SMALL[@]}"

@@ -89,18 +89,23 @@ def test_profiler_gpu_kernels(tmp_path: Path) -> None:
 def test_step_timeline_counts_a_sync() -> None:
     """A ``.item()`` per step shows as one host-blocking call per step; the busy time of a
     known-length kernel is within the step."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, schedule
 
     from rocmtrain.diagnostics.profiling import step_timeline
 
     x = torch.randn(4096, 4096, device="cuda")
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(3):
+    got: list = []
+    with profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+        schedule=schedule(wait=0, warmup=1, active=3, repeat=1),
+        on_trace_ready=lambda p: got.extend(p.events()),
+    ) as prof:
+        for _ in range(4):
             y = x @ x
             float(y[0, 0])  # one device->host copy that blocks
             prof.step()
-    t = step_timeline(list(prof.events()))
-    assert len(t["steps"]) >= 3
-    for r in t["steps"][:3]:
+    t = step_timeline(got)
+    assert len(t["steps"]) == 3
+    for r in t["steps"]:
         assert sum(r["host_sync_calls"].values()) >= 1, r
         assert r["device_busy_ms"] > 0.05  # a 4096^3 matmul is ~0.1-1 ms on any data-centre GPU
