@@ -32,8 +32,9 @@ from rocmtrain import platform
 
 log = logging.getLogger(__name__)
 
-#: the text of PyTorch's sync-debug warning (c10/cuda/CUDAFunctions.cpp, also on HIP builds)
-SYNC_WARNING = "called a synchronizing CUDA operation"
+#: the start of PyTorch's sync-debug warning (c10/cuda/CUDAFunctions.cpp: "called a synchronizing
+#: CUDA operation"); matched without the vendor word so a hipified build's text matches too
+SYNC_WARNING = "called a synchronizing"
 _SKIP = ("/warnings.py", "/rocmtrain/diagnostics/syncs.py")
 
 
