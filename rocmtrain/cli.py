@@ -81,6 +81,9 @@ def hydra_main(argv: list[str]) -> int:
     for pattern in _QUIET_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
 
+    from rocmtrain.comms.faults import arm_early
+
+    arm_early()  # a preemption signal during start-up: requeue exit, not a killed rank
     register_configs()
     argv = _pin_run_dir(list(argv))
     result: dict[str, int] = {}

@@ -56,6 +56,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
     from rocmtrain.data import build_datamodule
 
     validate_run_config(cfg)
+    _hand_over_early_signals(cfg)
     check_hardware(cfg)
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -206,6 +207,15 @@ def _grad_health_callbacks(cfg: RunConfig) -> list[pl.Callback]:
 
     gh = cfg.precision.grad_health
     return [GradHealthCallback.from_config(gh)] if gh.enabled else []
+
+
+def _hand_over_early_signals(cfg: RunConfig) -> None:
+    """Signals held since start-up (``rocmtrain.comms.faults.arm_early``) that this run's
+    PreemptionCallback will not handle get their default action back (watchdog area)."""
+    from rocmtrain.comms.faults import disarm_early
+
+    w = cfg.watchdog
+    disarm_early(list(w.preemption_signals) if w.preemption else [])
 
 
 def _cluster_plugins() -> list[Any]:

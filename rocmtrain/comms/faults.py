@@ -13,6 +13,8 @@ handler* (a collective issued at an arbitrary point of one rank — mismatched w
 got the signal) and kills launcher children; with ``SLURMEnvironment(auto_requeue=True)`` its SIGUSR1
 handler also writes an "hpc" checkpoint elsewhere and runs ``scontrol requeue`` itself, racing our
 exit-code requeue. So this callback installs its handlers in ``on_train_start`` (after Lightning's),
+and a signal that arrived before that (held by :func:`arm_early` since the CLI started) counts as
+received then,
 and ``train(cfg)`` should build the Trainer with ``plugins=[SLURMEnvironment(auto_requeue=False)]``
 under Slurm so Lightning never arms its requeue path. The previous handlers come back at teardown.
 
@@ -41,6 +43,62 @@ from rocmtrain.comms.hints import Hint, hint_for_exception
 from rocmtrain.config.watchdog import WatchdogConfig
 
 log = logging.getLogger(__name__)
+
+
+# -- signals that arrive before training starts -----------------------------------------------------
+#: what :func:`arm_early` caught: the first signal number (or None) and the signals it holds
+_EARLY: dict[str, Any] = {"signal": None, "armed": ()}
+EARLY_SIGNALS = ("SIGTERM", "SIGUSR1")
+
+
+def _early_handler(signum: int, frame: FrameType | None) -> None:
+    if _EARLY["signal"] is None:
+        _EARLY["signal"] = signum
+        os.write(
+            2,
+            f"rocmtrain: got {signal.Signals(signum).name} before training started; checkpoint "
+            "and requeue exit after the first step\n".encode(),
+        )
+
+
+def arm_early(names: tuple[str, ...] = EARLY_SIGNALS) -> None:
+    """Hold preemption signals from process start until :class:`PreemptionCallback` takes over.
+
+    Without this, a SIGUSR1/SIGTERM that arrives while a rank is still importing, sharding or
+    generating data kills it with the default action (no checkpoint, no requeue exit). Called first
+    thing by the CLI; :func:`disarm_early` gives back the ones the run's config does not handle.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    armed = []
+    for name in names:
+        sig = getattr(signal, name)
+        if signal.getsignal(sig) in (signal.SIG_DFL, None, _early_handler):
+            signal.signal(sig, _early_handler)
+            armed.append(sig)
+    _EARLY["armed"] = tuple(armed)
+
+
+def disarm_early(keep: list[str] | tuple[str, ...]) -> None:
+    """Default action back for the armed signals not in ``keep`` (the run's
+    ``watchdog.preemption_signals``, empty when the watchdog is off); one of them already caught is
+    re-delivered, so it acts as if it had never been held."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    kept = {getattr(signal, name) for name in keep}
+    for sig in _EARLY["armed"]:
+        if sig in kept or signal.getsignal(sig) is not _early_handler:
+            continue
+        signal.signal(sig, signal.SIG_DFL)
+        if _EARLY["signal"] == sig:
+            _EARLY["signal"] = None
+            os.kill(os.getpid(), sig)
+    _EARLY["armed"] = tuple(s for s in _EARLY["armed"] if s in kept)
+
+
+def early_signal() -> int | None:
+    """The signal :func:`arm_early` caught before training started, if any."""
+    return _EARLY["signal"]
 
 
 def save_preemption_checkpoint(trainer: pl.Trainer, run_dir: Path) -> Path:
@@ -83,8 +141,12 @@ class PreemptionCallback(pl.Callback):
             log.warning("preemption: not on the main thread; signal handlers not installed")
             return
         for sig in self._signals:
-            self._previous[sig] = signal.getsignal(sig)
+            previous = signal.getsignal(sig)
+            self._previous[sig] = signal.SIG_DFL if previous is _early_handler else previous
             signal.signal(sig, self._handler)
+        caught = early_signal()
+        if self.received is None and caught in self._signals:
+            self.received = caught  # before training: checkpoint + exit after the first step
 
     def on_train_batch_end(
         self,

@@ -74,7 +74,9 @@ class WatchdogConfig:
     """Signals that mean "save and requeue" (Slurm sends SIGTERM on preemption/scancel, and the
     ``--signal=USR1@120`` warning before the time limit)."""
     preemption_check_every_n_steps: int = 1
-    """Ranks agree (one tiny all-reduce) every N steps on whether any rank was signalled."""
+    """Ranks agree (one tiny all-reduce) every N steps on whether any rank was signalled. Each check
+    is also one host sync on multi-GPU runs; the GPU recipes use 10 (a signal then takes up to 10
+    steps, well inside ``#SBATCH --signal=USR1@120``)."""
     two_phase_timeouts: bool = True
     """After step 1: barrier, then switch every process group to ``rccl.train_timeout_seconds``."""
 

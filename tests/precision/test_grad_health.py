@@ -52,25 +52,8 @@ class ParamTrace(pl.Callback):
 
 
 def _run(tmp_path, action: str):
-    g = torch.Generator().manual_seed(0)
-    ds = torch.utils.data.TensorDataset(
-        torch.randn(64, 4, generator=g), torch.rand(64, generator=g).round()
-    )
     health = GradHealthCallback(log_every_n_steps=1, on_nonfinite=action)
-    trace = ParamTrace()
-    trainer = pl.Trainer(
-        max_steps=6,
-        callbacks=[health, trace],
-        logger=CSVLogger(tmp_path, name="gh"),
-        log_every_n_steps=1,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-        devices=1,
-    )
-    model = NanAtStep()
-    trainer.fit(model, torch.utils.data.DataLoader(ds, batch_size=8))
+    trace, trainer = _fit(tmp_path, NanAtStep(), health, max_steps=6)
     return health, trace, trainer
 
 

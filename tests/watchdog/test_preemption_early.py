@@ -1,0 +1,71 @@
+"""A preemption signal that arrives before training starts: held, then checkpoint + requeue exit.
+
+Real processes: ``python -m rocmtrain recipe=dlrm_cpu`` (2 gloo ranks). SIGUSR1 goes to rank 0 while
+it is still starting (the run dir exists, no heartbeat yet). Without the start-up handler the
+default action kills the rank (exit -10); with it the run trains one step, the ranks agree,
+checkpoint and exit 75 (REQUEUE). With the watchdog's preemption handling off, the held signal is
+re-delivered with its default action: the signal is never swallowed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rocmtrain import checkpoint as ckpt
+from rocmtrain import exit_codes
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _start(run_dir: Path, ckpt_dir: Path, *extra: str) -> subprocess.Popen:
+    cmd = [
+        sys.executable, "-m", "rocmtrain", "recipe=dlrm_cpu", f"run_dir={run_dir}",
+        f"checkpoint.dir={ckpt_dir}", "checkpoint.every_n_epochs=0", "trainer.max_epochs=1",
+        "data.num_train_batches=20", "data.num_val_batches=1", "data.batch_size=64",
+        "trainer.progress_bar=false", "watchdog.heartbeat_channel=files", *extra,
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    log = open(run_dir.parent / f"{run_dir.name}.log", "w")
+    return subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def _signal_during_startup(proc: subprocess.Popen, run_dir: Path) -> None:
+    deadline = time.monotonic() + 120
+    while not (run_dir / "cli.log").exists():  # Hydra is up: the CLI armed the handlers first
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    assert not list(run_dir.glob("watchdog/*/kv/hb/0")), "training already started"
+    proc.send_signal(signal.SIGUSR1)
+
+
+@pytest.mark.timeout(600)
+def test_sigusr1_during_startup_checkpoints_and_exits_for_requeue(tmp_path: Path) -> None:
+    run_dir, ckpt_dir = tmp_path / "run", tmp_path / "ckpt"
+    run_dir.mkdir()
+    proc = _start(run_dir, ckpt_dir)
+    _signal_during_startup(proc, run_dir)
+    code = proc.wait(timeout=400)
+    log = (tmp_path / "run.log").read_text()
+    assert code == exit_codes.REQUEUE, log[-4000:]
+    assert "got SIGUSR1 before training started" in log
+    saved = ckpt.find_resume(ckpt_dir)
+    assert saved is not None and ckpt.is_complete(saved), log[-4000:]
+    assert int(saved.name.split("-")[1]) < 20  # stopped early, not at the end
+
+
+@pytest.mark.timeout(600)
+def test_held_signal_is_redelivered_when_preemption_is_off(tmp_path: Path) -> None:
+    run_dir, ckpt_dir = tmp_path / "run", tmp_path / "ckpt"
+    run_dir.mkdir()
+    proc = _start(run_dir, ckpt_dir, "watchdog.preemption=false")
+    _signal_during_startup(proc, run_dir)
+    code = proc.wait(timeout=400)
+    assert code == -signal.SIGUSR1, (tmp_path / "run.log").read_text()[-4000:]
+    assert ckpt.find_resume(ckpt_dir) is None
