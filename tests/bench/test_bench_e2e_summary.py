@@ -94,3 +94,58 @@ def test_summary_tables_ratios_and_partial_runs(tmp_path):
     assert "1.500 M samples/s vs 1.9 M target: missed" in md
     assert "| rt_1gpu_triton_bf16 | rocmtrain | 1 | triton | bf16 | sparse_dist | timeout | —" in md
     assert "| 0.5500→0.7000 |" in md
+
+
+def test_variants_timelines_and_sync_sites(tmp_path):
+    """``_eager``/``_fresh`` variants are compared with the main anchor but kept out of the
+    targets; step timelines (anchor: WORK/runs/NAME/profile, rocmtrain: run_dir/profile) and the
+    sync report's table are summarised."""
+    a1 = _write(
+        tmp_path / "anchor_1gpu_bf16.json", {"samples_per_s": 2.0e6, "median_step_ms": 32.8}
+    )
+    runs = tmp_path / "runs"
+    for name, wall, busy in (("anchor_1gpu_bf16", 40.0, 36.0), ("rt_1gpu_fbgemm_bf16", 30.0, 28.5)):
+        prof = runs / name / "profile"
+        prof.mkdir(parents=True)
+        timeline = {"mean_wall_ms": wall, "mean_device_busy_ms": busy, "mean_host_sync_calls": 13.0}
+        stem = "step_timeline" if name.startswith("anchor") else "step_timeline_rank0"
+        _write(prof / f"{stem}.json", timeline)
+    (runs / "rt_1gpu_fbgemm_bf16" / "syncs").mkdir()
+    (runs / "rt_1gpu_fbgemm_bf16" / "syncs" / "syncs_rank0.md").write_text(
+        "# Host-device syncs: 8 in 4 training steps (2.0 per step)\n\n| # | per step | where |\n"
+        "|---|---:|---|\n| 1 | 2.00 | `dist_data.py:145 (_get_recat)` |\n\n## 1\n\n```\nstack\n```\n"
+    )
+    rows = {}
+    for name, rate in (
+        ("rt_1gpu_fbgemm_bf16", 2.4e6),
+        ("rt_1gpu_fbgemm_bf16_eager", 1.6e6),
+        ("rt_1gpu_fbgemm_bf16_fresh", 1.0e6),
+    ):
+        (runs / name).mkdir(parents=True, exist_ok=True)
+        doc = {"samples_per_s": rate, "step_ms_median": 1.0, "final": True, "history": []}
+        rows[name] = _write(runs / name / "throughput.json", doc)
+    stages = [
+        {"name": "anchor_1gpu_bf16", "kind": "anchor", "gpus": 1, "status": "ok", "result": a1},
+    ] + [
+        {"name": n, "kind": "rocmtrain", "gpus": 1, "status": "ok", "result": r,
+         "run_dir": str(runs / n)}
+        for n, r in rows.items()
+    ]  # fmt: skip
+    (tmp_path / "stages.jsonl").write_text("\n".join(json.dumps(s) for s in stages) + "\n")
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "scripts/bench/e2e_summary.py")]
+    subprocess.run(
+        [*cmd, "--stages", str(tmp_path / "stages.jsonl"), "--out", str(out)], check=True
+    )
+    got = {r["name"]: r for r in json.loads((out / "results.json").read_text())["rows"]}
+    assert got["rt_1gpu_fbgemm_bf16"]["vs_anchor"] == 1.2
+    assert got["rt_1gpu_fbgemm_bf16_eager"]["vs_anchor"] == 0.8
+    assert got["rt_1gpu_fbgemm_bf16_eager"]["variant"] == "eager"
+    assert got["rt_1gpu_fbgemm_bf16_fresh"]["pipeline"] is True
+    md = (out / "summary.md").read_text()
+    targets = md.split("## Targets")[1].split("## Commands")[0]
+    assert "rt_1gpu_fbgemm_bf16:" in targets and "_eager" not in targets and "_fresh" not in targets
+    assert "| anchor_1gpu_bf16 | 40.00 | 36.00 | 90 | 13.0 |" in md
+    assert "| rt_1gpu_fbgemm_bf16 | 30.00 | 28.50 | 95 | 13.0 |" in md
+    assert "### Sync report (rt_1gpu_fbgemm_bf16)" in md and "_get_recat" in md
+    assert "```" not in md.split("### Sync report")[1]  # the table only, not the stacks
