@@ -81,7 +81,7 @@ def hydra_main(argv: list[str]) -> int:
     for pattern in _QUIET_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
 
-    from rocmtrain.comms.faults import arm_early
+    from rocmtrain.comms.faults import arm_early, disarm_early
 
     arm_early()  # a preemption signal during start-up: requeue exit, not a killed rank
     register_configs()
@@ -112,6 +112,7 @@ def hydra_main(argv: list[str]) -> int:
         return result.get("code", code)
     finally:
         sys.argv = saved
+        disarm_early(())  # still held (dry run, submit, compose error): default action back
     return result.get("code", exit_codes.OK)
 
 

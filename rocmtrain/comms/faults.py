@@ -96,9 +96,16 @@ def disarm_early(keep: list[str] | tuple[str, ...]) -> None:
     _EARLY["armed"] = tuple(s for s in _EARLY["armed"] if s in kept)
 
 
-def early_signal() -> int | None:
-    """The signal :func:`arm_early` caught before training started, if any."""
-    return _EARLY["signal"]
+def early_signal_pending(signals: list[int]) -> bool:
+    """Whether :func:`arm_early` caught one of ``signals`` that nobody has taken yet."""
+    return _EARLY["signal"] in signals
+
+
+def take_early_signal() -> int | None:
+    """The signal :func:`arm_early` caught before training started, if any; handing it over clears
+    it (the taker acts on it, so :func:`disarm_early` must not re-deliver it)."""
+    signum, _EARLY["signal"] = _EARLY["signal"], None
+    return signum
 
 
 def save_preemption_checkpoint(trainer: pl.Trainer, run_dir: Path) -> Path:
@@ -144,9 +151,8 @@ class PreemptionCallback(pl.Callback):
             previous = signal.getsignal(sig)
             self._previous[sig] = signal.SIG_DFL if previous is _early_handler else previous
             signal.signal(sig, self._handler)
-        caught = early_signal()
-        if self.received is None and caught in self._signals:
-            self.received = caught  # before training: checkpoint + exit after the first step
+        if self.received is None and early_signal_pending(self._signals):
+            self.received = take_early_signal()  # checkpoint + exit after the first step
 
     def on_train_batch_end(
         self,

@@ -69,3 +69,13 @@ def test_held_signal_is_redelivered_when_preemption_is_off(tmp_path: Path) -> No
     code = proc.wait(timeout=400)
     assert code == -signal.SIGUSR1, (tmp_path / "run.log").read_text()[-4000:]
     assert ckpt.find_resume(ckpt_dir) is None
+
+
+def test_cli_gives_signals_back_when_it_returns(tmp_path: Path) -> None:
+    """In-process use (a dry run here): after ``hydra_main`` returns, SIGTERM/SIGUSR1 have their
+    previous (default) action again — the start-up hold never outlives the CLI call."""
+    from rocmtrain.cli import hydra_main
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    assert hydra_main(["dry_run=true", f"run_dir={tmp_path / 'dry'}"]) == 0
+    assert {s: signal.getsignal(s) for s in before} == before
