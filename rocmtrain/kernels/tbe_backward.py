@@ -75,6 +75,28 @@ def _update_rows(
 
 
 @triton.jit
+def _load_rows(
+    weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, key, f0, rmask,
+    N_ROWS: tl.constexpr, VEC: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """Rows ``key`` of features ``f0`` ([N_ROWS] each, ``rmask`` selects): their dims ``D``, flat
+    weight offsets ``wrow``, the column range ``ds``, the element mask ``dm`` and the rows in fp32."""
+    if DIM > 0:  # every table has this dim: compile-time D (static masks, 16-byte accesses)
+        D = tl.full([N_ROWS], DIM, tl.int32)
+    else:
+        D = tl.load(f_dim_ptr + f0, mask=rmask, other=0)
+    wrow = (
+        tl.load(f_woff_ptr + f0, mask=rmask, other=0)
+        + (key - tl.load(f_roff_ptr + f0, mask=rmask, other=0)) * D
+    )
+    wrow = tl.multiple_of(wrow, VEC)
+    ds = tl.arange(0, BLOCK_D)
+    dm = rmask[:, None] & ((ds[None, :] // VEC) < (D[:, None] // VEC))
+    w = tl.load(weights_ptr + wrow[:, None] + ds[None, :], mask=dm, other=0.0).to(tl.float32)
+    return D, wrow, ds, dm, w
+
+
+@triton.jit
 def _keys_kernel(
     indices_ptr, offsets_ptr, keys_ptr, bags_ptr, f_rows_ptr, f_roff_ptr, B, F, total_rows,
     BAGS: tl.constexpr, BLOCK_L: tl.constexpr,
@@ -135,18 +157,8 @@ def _bwd_chunk_kernel(
         single = (kprev != key) & (knext != key)
         slot = 2 * (start // CHUNK) + ((start % CHUNK) != 0).to(tl.int64)
         f0 = tl.load(sorted_bags_ptr + start, mask=kv, other=0) // B
-        if DIM > 0:  # every table has this dim: compile-time D (static masks, 16-byte accesses)
-            D = tl.full([BLOCK_C], DIM, tl.int32)
-        else:
-            D = tl.load(f_dim_ptr + f0, mask=kv, other=0)
-        wrow = (
-            tl.load(f_woff_ptr + f0, mask=kv, other=0)
-            + (key - tl.load(f_roff_ptr + f0, mask=kv, other=0)) * D
-        )
-        wrow = tl.multiple_of(wrow, VEC)
-        ds = tl.arange(0, BLOCK_D)
-        dm = kv[:, None] & ((ds[None, :] // VEC) < (D[:, None] // VEC))
-        w = tl.load(weights_ptr + wrow[:, None] + ds[None, :], mask=dm, other=0.0).to(tl.float32)
+        D, wrow, ds, dm, w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, key, f0,
+                                        kv, BLOCK_C, VEC, DIM, BLOCK_D)  # fmt: skip
         qs = tl.arange(0, BLOCK_P)
         acc = tl.zeros([BLOCK_C, BLOCK_D], dtype=tl.float32)
         pstart = tl.min(start, axis=0)
@@ -222,18 +234,8 @@ def _bwd_hot_kernel(
             lo // CHUNK
         )  # first tile of the segment; its chunk there is slot 2*ts + (lo % CHUNK != 0)
         f0 = tl.load(sorted_bags_ptr + p0, mask=own, other=0) // B
-        if DIM > 0:
-            D = tl.full([1], DIM, tl.int32)
-        else:
-            D = tl.load(f_dim_ptr + f0, mask=own, other=0)
-        wrow = (
-            tl.load(f_woff_ptr + f0, mask=own, other=0)
-            + (key - tl.load(f_roff_ptr + f0, mask=own, other=0)) * D
-        )
-        wrow = tl.multiple_of(wrow, VEC)
-        ds = tl.arange(0, BLOCK_D)
-        dm = own[:, None] & ((ds[None, :] // VEC) < (D[:, None] // VEC))
-        w = tl.load(weights_ptr + wrow[:, None] + ds[None, :], mask=dm, other=0.0).to(tl.float32)
+        D, wrow, ds, dm, w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, key, f0,
+                                        own, 1, VEC, DIM, BLOCK_D)  # fmt: skip
         g = tl.zeros([BLOCK_D], dtype=tl.float32)
         js = tl.arange(0, BLOCK_T)
         first = tl.max(tl.where(own, ts, t + 1), axis=0)
