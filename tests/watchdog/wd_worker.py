@@ -123,17 +123,22 @@ def context():  # noqa: ANN201 - multiprocessing context
     return ctx
 
 
-def start_ranks(world: int, run_dir: Path, **opts):  # noqa: ANN201 - list of Process
-    """Start ``world`` rank processes; returns them (already started)."""
+def _spawn(target, world: int, run_dir: Path, opts: dict):  # noqa: ANN001, ANN202
+    """Start ``world`` processes of ``target(rank, world, port, run_dir, opts)`` on one free port;
+    returns them (already started)."""
     ctx = context()
     port = free_port()
     procs = [
-        ctx.Process(target=rank_main, args=(r, world, port, str(run_dir), opts))
-        for r in range(world)
+        ctx.Process(target=target, args=(r, world, port, str(run_dir), opts)) for r in range(world)
     ]
     for p in procs:
         p.start()
     return procs
+
+
+def start_ranks(world: int, run_dir: Path, **opts):  # noqa: ANN201 - list of Process
+    """Start ``world`` rank processes; returns them (already started)."""
+    return _spawn(rank_main, world, run_dir, opts)
 
 
 if __name__ == "__main__":
@@ -201,14 +206,7 @@ def timeouts_main(rank: int, world: int, port: int, run_dir: str, opts: dict) ->
 
 
 def start_timeouts(run_dir: Path):  # noqa: ANN201
-    ctx = context()
-    port = free_port()
-    procs = [
-        ctx.Process(target=timeouts_main, args=(r, 2, port, str(run_dir), {})) for r in range(2)
-    ]
-    for p in procs:
-        p.start()
-    return procs
+    return _spawn(timeouts_main, 2, run_dir, {})
 
 
 def lightning_main(rank: int, world: int, port: int, run_dir: str, opts: dict) -> None:
@@ -299,15 +297,7 @@ OOM_TEXT = (
 
 
 def start_lightning(world: int, run_dir: Path, **opts):  # noqa: ANN201
-    ctx = context()
-    port = free_port()
-    procs = [
-        ctx.Process(target=lightning_main, args=(r, world, port, str(run_dir), opts))
-        for r in range(world)
-    ]
-    for p in procs:
-        p.start()
-    return procs
+    return _spawn(lightning_main, world, run_dir, opts)
 
 
 def ckpt_main(rank: int, world: int, port: int, run_dir: str, opts: dict) -> None:
@@ -368,12 +358,4 @@ def ckpt_main(rank: int, world: int, port: int, run_dir: str, opts: dict) -> Non
 
 
 def start_ckpt(world: int, run_dir: Path, **opts):  # noqa: ANN201
-    ctx = context()
-    port = free_port()
-    procs = [
-        ctx.Process(target=ckpt_main, args=(r, world, port, str(run_dir), opts))
-        for r in range(world)
-    ]
-    for p in procs:
-        p.start()
-    return procs
+    return _spawn(ckpt_main, world, run_dir, opts)
