@@ -96,15 +96,13 @@ def disarm_early(keep: list[str] | tuple[str, ...]) -> None:
     _EARLY["armed"] = tuple(s for s in _EARLY["armed"] if s in kept)
 
 
-def early_signal_pending(signals: list[int]) -> bool:
-    """Whether :func:`arm_early` caught one of ``signals`` that nobody has taken yet."""
-    return _EARLY["signal"] in signals
-
-
-def take_early_signal() -> int | None:
-    """The signal :func:`arm_early` caught before training started, if any; handing it over clears
-    it (the taker acts on it, so :func:`disarm_early` must not re-deliver it)."""
-    signum, _EARLY["signal"] = _EARLY["signal"], None
+def take_early_signal(signals: list[int]) -> int | None:
+    """The signal :func:`arm_early` caught before training started, if it is one of ``signals``;
+    taking it clears it (the taker acts on it, so :func:`disarm_early` must not re-deliver it)."""
+    signum = _EARLY["signal"]
+    if signum not in signals:
+        return None
+    _EARLY["signal"] = None
     return signum
 
 
@@ -151,8 +149,8 @@ class PreemptionCallback(pl.Callback):
             previous = signal.getsignal(sig)
             self._previous[sig] = signal.SIG_DFL if previous is _early_handler else previous
             signal.signal(sig, self._handler)
-        if self.received is None and early_signal_pending(self._signals):
-            self.received = take_early_signal()  # checkpoint + exit after the first step
+        if self.received is None:  # a signal held since start-up: checkpoint after the first step
+            self.received = take_early_signal(self._signals)
 
     def on_train_batch_end(
         self,
