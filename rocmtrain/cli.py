@@ -81,7 +81,7 @@ def hydra_main(argv: list[str]) -> int:
     for pattern in _QUIET_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
 
-    from rocmtrain.comms.faults import arm_early, disarm_early
+    from rocmtrain.faults.preemption import arm_early, disarm_early
 
     arm_early()  # a preemption signal during start-up: requeue exit, not a killed rank
     register_configs()

@@ -188,8 +188,8 @@ def _precision_plugins(cfg: RunConfig, run_dir: Path) -> list[Any]:
 
 
 def _watchdog_callbacks(cfg: RunConfig, run_dir: Path) -> list[pl.Callback]:
-    """rocmtrain.comms.watchdog.build_callbacks (watchdog area)."""
-    from rocmtrain.comms.watchdog import build_callbacks
+    """rocmtrain.faults.watchdog.build_callbacks (watchdog area)."""
+    from rocmtrain.faults.watchdog import build_callbacks
 
     return build_callbacks(cfg.watchdog, cfg.rccl, run_dir)
 
@@ -210,9 +210,9 @@ def _grad_health_callbacks(cfg: RunConfig) -> list[pl.Callback]:
 
 
 def _hand_over_early_signals(cfg: RunConfig) -> None:
-    """Signals held since start-up (``rocmtrain.comms.faults.arm_early``) that this run's
+    """Signals held since start-up (``rocmtrain.faults.preemption.arm_early``) that this run's
     PreemptionCallback will not handle get their default action back (watchdog area)."""
-    from rocmtrain.comms.faults import disarm_early
+    from rocmtrain.faults.preemption import disarm_early
 
     w = cfg.watchdog
     disarm_early(list(w.preemption_signals) if w.preemption else [])

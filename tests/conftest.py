@@ -1,42 +1,28 @@
-"""Shared test fixtures: where the real recorded outputs live, and hardware gates."""
+"""Shared test fixtures: the real recorded outputs in ``tests/fixtures``, and hardware gates."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _shared_dir() -> Path:
-    env = os.environ.get("ROCMTRAIN_SHARED_DIR")
-    return Path(env) if env else REPO.parent / "shared"
-
-
-SHARED = _shared_dir()
-FIXTURES = SHARED / "fixtures"
-DATA = SHARED / "data"
+#: real recorded tool outputs and real Criteo rows, kept in the repo (tests/fixtures/README.md)
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+DATA = FIXTURES / "criteo"
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    """The project's shared folder (real Criteo rows, recorded tool outputs)."""
-    if not SHARED.is_dir():
-        pytest.fail(f"shared folder not found at {SHARED}; set ROCMTRAIN_SHARED_DIR")
-    return SHARED
+def fixtures_dir() -> Path:
+    """Recorded rccl-tests / rocm-smi / amd-smi / rocminfo / hipify outputs (each names its source)."""
+    return FIXTURES
 
 
 @pytest.fixture(scope="session")
-def fixtures_dir(shared_dir: Path) -> Path:
-    return shared_dir / "fixtures"
-
-
-@pytest.fixture(scope="session")
-def data_dir(shared_dir: Path) -> Path:
-    return shared_dir / "data"
+def data_dir() -> Path:
+    """Real Criteo rows (``criteo/SOURCE.md`` has their origin and licence)."""
+    return DATA
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

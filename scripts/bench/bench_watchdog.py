@@ -7,7 +7,7 @@ What it measures (one process, a 1-rank process group so the real TCPStore chann
    checks) in us, and the share of one core it takes at the configured poll interval.
 3. End to end through Lightning: the same small DLRM-like model (EmbeddingBag tables + MLPs, like
    the CPU recipe's dlrm_small) trained by ``pl.Trainer`` with and without
-   ``rocmtrain.comms.watchdog.build_callbacks`` (watchdog + two-phase timeouts + preemption + hints),
+   ``rocmtrain.faults.watchdog.build_callbacks`` (watchdog + two-phase timeouts + preemption + hints),
    interleaved A/B/A/B rounds; median step time per arm and the overhead in % of the step time.
    An A/A pair (both arms without the watchdog) gives the noise floor of this machine.
 
@@ -44,7 +44,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from rocmtrain.comms.watchdog import Watchdog, build_callbacks
+from rocmtrain.faults.watchdog import Watchdog, build_callbacks
 from rocmtrain.config.rccl import RcclConfig
 from rocmtrain.config.watchdog import WatchdogConfig
 

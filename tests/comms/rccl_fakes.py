@@ -1,7 +1,7 @@
 """Fake rccl-tests executables for the runner/sweep/CLI tests: real subprocesses, real fixture output.
 
 Each fake is a small Python script with a shebang (an executable file, run without a shell) that prints a
-real recorded log from ../shared/fixtures/rccl_tests/, optionally scaled, truncated, hanging or failing.
+real recorded log from tests/fixtures/rccl_tests/, optionally scaled, truncated, hanging or failing.
 """
 
 from __future__ import annotations

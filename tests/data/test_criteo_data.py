@@ -1,4 +1,4 @@
-"""Criteo loaders on the REAL rows in ../shared/data (TSV: sample_train.txt, CSV: criteo_sample.txt)
+"""Criteo loaders on the REAL rows in tests/fixtures/criteo (TSV: sample_train.txt, CSV: criteo_sample.txt)
 and on TorchRec's .npy format written by TorchRec's own BinaryCriteoUtils."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Parsers on every recorded output in shared/fixtures/rocm_smi and hipify, plus layout variants.
+"""Parsers on every recorded output in tests/fixtures/rocm_smi and hipify, plus layout variants.
 
 Expected values below were read by eye from the fixture files (not produced by the parsers).
 Variants (reordered columns, right-aligned cells, CPX 64-device tables, Node/IDs columns, JSON with

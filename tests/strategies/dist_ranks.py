@@ -1,4 +1,4 @@
-"""Helpers for the foundation tests: run a function on N real gloo ranks (torch.multiprocessing
+"""Helpers for the strategy tests: run a function on N real gloo ranks (torch.multiprocessing
 spawn), each rank a normal Lightning process (``LOCAL_RANK`` etc. set, as a launcher would)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Faults: preemption signals → checkpoint → requeue exit; errors → actionable hints.
+"""Preemption: SIGTERM/SIGUSR1 → every rank checkpoints at the same step → requeue exit.
 
 :class:`PreemptionCallback` — Slurm sends SIGTERM when it preempts or cancels a job, and
 ``#SBATCH --signal=USR1@120`` sends SIGUSR1 two minutes before the time limit. The handler only sets
@@ -17,10 +17,6 @@ and a signal that arrived before that (held by :func:`arm_early` since the CLI s
 received then,
 and ``train(cfg)`` should build the Trainer with ``plugins=[SLURMEnvironment(auto_requeue=False)]``
 under Slurm so Lightning never arms its requeue path. The previous handlers come back at teardown.
-
-:class:`ErrorHintCallback` — ``on_exception``: :func:`rocmtrain.comms.hints.hint_for_exception`,
-logged, appended to the exception as a note (shown under the traceback) and written to
-``<run_dir>/error_hint_rank<r>.txt``.
 """
 
 from __future__ import annotations
@@ -29,7 +25,6 @@ import contextlib
 import logging
 import os
 import signal
-import sys
 import threading
 from pathlib import Path
 from types import FrameType
@@ -39,7 +34,6 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
-from rocmtrain.comms.hints import Hint, hint_for_exception
 from rocmtrain.config.watchdog import WatchdogConfig
 
 log = logging.getLogger(__name__)
@@ -190,38 +184,3 @@ class PreemptionCallback(pl.Callback):
             for sig, handler in self._previous.items():
                 signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         self._previous = {}
-
-
-def explain(exc: BaseException, *, run_dir: Path | None = None, rank: int = 0) -> Hint | None:
-    """Hint for ``exc``: logged, added as an exception note, written to the run dir. None if unknown."""
-    if isinstance(exc, (SystemExit, KeyboardInterrupt)):
-        return None
-    hint = hint_for_exception(exc)
-    if hint is None:
-        return None
-    text = hint.render()
-    log.error("%s", text)
-    if hasattr(exc, "add_note"):
-        exc.add_note(text)
-    else:
-        print(text, file=sys.stderr)
-    if run_dir is not None:
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / f"error_hint_rank{rank}.txt").write_text(text + "\n")
-        except OSError as e:
-            log.warning("could not write the error hint to %s: %s", run_dir, e)
-    return hint
-
-
-class ErrorHintCallback(pl.Callback):
-    """``on_exception`` → :func:`explain`."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self._run_dir = Path(run_dir)
-        self.hint: Hint | None = None
-
-    def on_exception(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
-    ) -> None:
-        self.hint = explain(exception, run_dir=self._run_dir, rank=trainer.global_rank)

@@ -7,7 +7,7 @@ dominate the suite). Each rank is a separate OS process with its own gloo group 
 Modes: ``stall`` (``stall_rank`` sleeps before the all_reduce of ``stall_step`` while the others
 wait inside it), ``run`` (``steps`` steps with jittered durations, then a clean exit), ``forever``
 (steps until killed; touches ``ready_rank<r>`` after 5 steps). Each rank logs to ``log_rank<r>.txt``.
-Also runnable by hand: ``python tests/watchdog/wd_worker.py --world 3 --mode stall --run-dir /tmp/x``.
+Also runnable by hand: ``python tests/faults/wd_worker.py --world 3 --mode stall --run-dir /tmp/x``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def rank_main(rank: int, world: int, port: int, run_dir: str, opts: dict) -> Non
     import torch
     import torch.distributed as dist
 
-    from rocmtrain.comms.watchdog import Watchdog
+    from rocmtrain.faults.watchdog import Watchdog
     from rocmtrain.config.watchdog import WatchdogConfig
 
     torch.set_num_threads(1)
@@ -119,7 +119,7 @@ def context():  # noqa: ANN201 - multiprocessing context
     import multiprocessing as mp
 
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch.distributed", "rocmtrain.comms.watchdog", __name__])
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "rocmtrain.faults.watchdog", __name__])
     return ctx
 
 
@@ -170,8 +170,8 @@ def timeouts_main(rank: int, world: int, port: int, run_dir: str, opts: dict) ->
     import torch
     import torch.distributed as dist
 
-    from rocmtrain.comms.hints import hint_for_exception
-    from rocmtrain.comms.timeouts import enter_steady_state
+    from rocmtrain.faults.hints import hint_for_exception
+    from rocmtrain.faults.timeouts import enter_steady_state
     from rocmtrain.config.rccl import RcclConfig
 
     rccl = RcclConfig(init_timeout_seconds=30.0, train_timeout_seconds=1.5)
@@ -235,7 +235,7 @@ def lightning_main(rank: int, world: int, port: int, run_dir: str, opts: dict) -
     import torch
     from torch import nn
 
-    from rocmtrain.comms.watchdog import build_callbacks
+    from rocmtrain.faults.watchdog import build_callbacks
     from rocmtrain.config.rccl import RcclConfig
     from rocmtrain.config.watchdog import WatchdogConfig
 

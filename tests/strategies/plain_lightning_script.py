@@ -1,5 +1,5 @@
 """A plain Lightning script (no Hydra, no rocmtrain config) that swaps in rocmtrain's TorchRec
-strategy by name. Run by test_foundation_plain_lightning.py as a real 2-process job:
+strategy by name. Run by test_strategy_plain_lightning.py as a real 2-process job:
 
     python plain_lightning_script.py OUT.json [strategy-name]
 

@@ -6,7 +6,7 @@ How it works (every rank runs the same code; gloo, nccl and RCCL alike):
    :meth:`Watchdog.step_done` — an in-memory tuple write, no I/O.
 2. A daemon monitor thread wakes every ``poll_interval_seconds``, publishes this rank's heartbeat
    (step, phase, last collective label, requested timeout) on a channel that does not use the
-   process group (:mod:`rocmtrain.comms.heartbeat`: a separate TCPStore connection, or files). The
+   process group (:mod:`rocmtrain.faults.heartbeat`: a separate TCPStore connection, or files). The
    observers (first and last rank; every rank with ``monitor_every_rank``) read every heartbeat and
    measure, with their own monotonic clock, how long each rank has not moved. The timeout is phase-aware: ``first_step_timeout_seconds`` until step 1 is done,
    ``checkpoint_timeout_seconds`` while any rank checkpoints, otherwise ``hang_timeout_seconds`` or
@@ -16,7 +16,7 @@ How it works (every rank runs the same code; gloo, nccl and RCCL alike):
    monitor sees the declaration, dumps its all-thread Python stacks and its flight recorder into the
    attempt directory and acknowledges; silent same-host ranks get SIGUSR2 (faulthandler prints their
    stacks to stderr). The declaring rank writes ``hang_report.json``/``.txt`` naming the stuck
-   rank(s), their step and phase (:mod:`rocmtrain.comms.hang_report`), then every process aborts an
+   rank(s), their step and phase (:mod:`rocmtrain.faults.hang_report`), then every process aborts an
    NCCL group (bounded wait; a hung gloo group is not destroyed — that can block) and leaves with
    ``os._exit(watchdog.exit_code)`` (75 = requeue; 1 when a peer failed with an exception).
 
@@ -30,7 +30,7 @@ Without Lightning::
             wd.step_done()
 
 With Lightning: :func:`build_callbacks` (heartbeats in the hooks, two-phase timeouts, preemption,
-error hints). Design notes and the report format: ``rocmtrain/comms/HANGS.md``.
+error hints). Design notes and the report format: ``rocmtrain/faults/HANGS.md``.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ import pytorch_lightning as pl
 import torch.distributed as dist
 
 from rocmtrain import exit_codes
-from rocmtrain.comms import hang_report as hr
-from rocmtrain.comms.heartbeat import (
+from rocmtrain.faults import hang_report as hr
+from rocmtrain.faults.heartbeat import (
     HOST,
     PID_NS,
     FileKV,
@@ -64,7 +64,7 @@ from rocmtrain.comms.heartbeat import (
     WatchdogCallback,
     pid_alive,
 )
-from rocmtrain.comms.hints import hint_for_exception
+from rocmtrain.faults.hints import hint_for_exception
 from rocmtrain.config.rccl import RcclConfig
 from rocmtrain.config.watchdog import WatchdogConfig
 
@@ -488,8 +488,9 @@ def build_callbacks(
     timeout), ``PreemptionCallback`` (SIGTERM/SIGUSR1 → checkpoint → exit 75). Accepts the typed
     configs or their OmegaConf ``DictConfig`` form.
     """
-    from rocmtrain.comms.faults import ErrorHintCallback, PreemptionCallback
-    from rocmtrain.comms.timeouts import TwoPhaseTimeoutCallback
+    from rocmtrain.faults.hints import ErrorHintCallback
+    from rocmtrain.faults.preemption import PreemptionCallback
+    from rocmtrain.faults.timeouts import TwoPhaseTimeoutCallback
 
     cfg = _typed(watchdog_cfg, WatchdogConfig)
     rccl = _typed(rccl_cfg, RcclConfig) if rccl_cfg is not None else RcclConfig()

@@ -1,6 +1,6 @@
 """Hang evidence and the hang report: who is stuck, where, and what each rank was doing.
 
-Pieces, used by :mod:`rocmtrain.comms.watchdog` (and testable on their own):
+Pieces, used by :mod:`rocmtrain.faults.watchdog` (and testable on their own):
 
 - :func:`dump_stacks` — all-thread Python stacks of this process (``faulthandler``) into a file.
 - :func:`dump_flight_recorder` — this rank's PyTorch flight-recorder buffer (pickle, the format
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rocmtrain.comms.heartbeat import HOST, PID_NS, Heartbeat, pid_alive
+from rocmtrain.faults.heartbeat import HOST, PID_NS, Heartbeat, pid_alive
 
 
 def run_with_timeout(fn: Callable[[], Any], timeout_s: float) -> tuple[bool, Any]:
@@ -284,7 +284,7 @@ def stack_excerpt(path: str | os.PathLike[str], *, max_lines: int = 40) -> str:
         text = Path(path).read_text()
     except OSError:
         return ""
-    blocks = [b for b in text.split("\n\n") if b.strip() and "rocmtrain/comms/watchdog.py" not in b]
+    blocks = [b for b in text.split("\n\n") if b.strip() and "rocmtrain/faults/watchdog.py" not in b]
     lines = [ln for b in blocks for ln in b.splitlines() if not ln.startswith("# pid")]
     return "\n".join(lines[:max_lines])
 

@@ -11,8 +11,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from foundation_dist import run_ranks
-from test_foundation_resume import BATCHES, _cfg, _fit
+from dist_ranks import run_ranks
+from test_strategy_resume import BATCHES, _cfg, _fit
 
 pytestmark = pytest.mark.slow
 

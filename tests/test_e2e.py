@@ -5,7 +5,7 @@ and a second invocation with the same ``run_dir`` auto-resumes from it."""
 from __future__ import annotations
 
 import pytest
-from test_foundation_cli import run_cli
+from test_cli import run_cli
 
 from rocmtrain import checkpoint as ckpt
 

@@ -9,16 +9,23 @@
     ('collective_timeout', 'ALLTOALL', '7')
 
 ``hint_for_exception(exc)`` looks at the exception, its chained causes and its type name.
-:class:`rocmtrain.comms.faults.ErrorHintCallback` logs the hint when training raises and writes it
+:class:`ErrorHintCallback` logs the hint when training raises and writes it
 to ``<run_dir>/error_hint.txt``. ``Hint.requeue`` says whether restarting can help (a dead peer,
 a timeout) or not (wrong GPU architecture, out of memory): the watchdog uses it to pick the exit code.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytorch_lightning as pl
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -245,3 +252,38 @@ def hint_for_exception(exc: BaseException) -> Hint | None:
         parts.append(f"{type(cur).__name__}: {cur}")
         cur = cur.__cause__ or cur.__context__
     return hint_for("\n".join(parts))
+
+
+def explain(exc: BaseException, *, run_dir: Path | None = None, rank: int = 0) -> Hint | None:
+    """Hint for ``exc``: logged, added as an exception note, written to the run dir. None if unknown."""
+    if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+        return None
+    hint = hint_for_exception(exc)
+    if hint is None:
+        return None
+    text = hint.render()
+    log.error("%s", text)
+    if hasattr(exc, "add_note"):
+        exc.add_note(text)
+    else:
+        print(text, file=sys.stderr)
+    if run_dir is not None:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / f"error_hint_rank{rank}.txt").write_text(text + "\n")
+        except OSError as e:
+            log.warning("could not write the error hint to %s: %s", run_dir, e)
+    return hint
+
+
+class ErrorHintCallback(pl.Callback):
+    """``on_exception`` → :func:`explain`."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self._run_dir = Path(run_dir)
+        self.hint: Hint | None = None
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        self.hint = explain(exception, run_dir=self._run_dir, rank=trainer.global_rank)

@@ -17,9 +17,9 @@ import wd_worker
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from rocmtrain.comms import hang_report as hr
-from rocmtrain.comms.heartbeat import FileKV, Heartbeat, Progress, pid_alive
-from rocmtrain.comms.hints import hint_for, hint_for_exception
+from rocmtrain.faults import hang_report as hr
+from rocmtrain.faults.heartbeat import FileKV, Heartbeat, Progress, pid_alive
+from rocmtrain.faults.hints import hint_for, hint_for_exception
 from rocmtrain.config import ConfigError
 from rocmtrain.config.watchdog import WatchdogConfig
 
@@ -69,7 +69,7 @@ HIP_OOM = (
     "unallocated memory is large try setting PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to "
     "avoid fragmentation."
 )
-# torch 2.13 gloo, recorded in this repo (tests/watchdog: a peer SIGKILLed mid all_reduce)
+# torch 2.13 gloo, recorded in this repo (tests/faults: a peer SIGKILLed mid all_reduce)
 GLOO_PEER_CLOSED = (
     "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] "
     "Connection closed by peer [127.0.0.1]:45953. This is typically caused by a remote worker "

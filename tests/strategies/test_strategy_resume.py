@@ -14,7 +14,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from foundation_dist import run_ranks
+from dist_ranks import run_ranks
 
 pytestmark = pytest.mark.slow
 
