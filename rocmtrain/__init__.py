@@ -1,12 +1,39 @@
 """rocmtrain: train TorchRec recommender models on AMD Instinct (and NVIDIA) GPUs with Lightning.
 
 Importing the package registers rocmtrain's strategies in Lightning's ``StrategyRegistry`` so an
-existing script can say ``Trainer(strategy="torchrec")``.
+existing script can say ``Trainer(strategy="torchrec")``. The public API::
+
+    from rocmtrain import TorchRecStrategy, RcclConfig, WatchdogConfig, PrecisionConfig
+    from rocmtrain import EmbeddingBagCollection, get_sharders, RunConfig, train
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+#: public name -> module that defines it (imported on first use: the diagnostics subcommands
+#: must work without torchrec)
+_PUBLIC = {
+    "TorchRecStrategy": "rocmtrain.strategies",
+    "RcclConfig": "rocmtrain.config.rccl",
+    "WatchdogConfig": "rocmtrain.config.watchdog",
+    "PrecisionConfig": "rocmtrain.config.precision",
+    "RunConfig": "rocmtrain.config.schema",
+    "ConfigError": "rocmtrain.config",
+    "EmbeddingBagCollection": "rocmtrain.embedding",
+    "get_sharders": "rocmtrain.embedding",
+    "train": "rocmtrain.train",
+}
+__all__ = ["__version__", *_PUBLIC]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module 'rocmtrain' has no attribute {name!r}")
 
 
 #: why the strategies could not be registered (None when they were): shown by the doctor and

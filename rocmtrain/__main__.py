@@ -1,11 +1,11 @@
 """``python -m rocmtrain``: subcommands first, then the Hydra training entry point.
 
-    python -m rocmtrain                          # CPU recipe: small DLRM, 2 gloo ranks
-    python -m rocmtrain recipe=dlrm_mi300 ...    # any recipe with Hydra overrides
-    python -m rocmtrain doctor [--json]          # environment checks
-    python -m rocmtrain scan PATH...             # CUDA→HIP porting traps
-    python -m rocmtrain rccl-tests parse|sweep   # rccl-tests / nccl-tests wrapper
-    python -m rocmtrain precision-matrix ...     # per-op error vs fp64 on this platform
+python -m rocmtrain                          # CPU recipe: small DLRM, 2 gloo ranks
+python -m rocmtrain recipe=dlrm_mi300 ...    # any recipe with Hydra overrides
+python -m rocmtrain doctor [--json]          # environment checks
+python -m rocmtrain scan PATH...             # CUDA→HIP porting traps
+python -m rocmtrain rccl-tests parse|sweep   # rccl-tests / nccl-tests wrapper
+python -m rocmtrain precision-matrix ...     # per-op error vs fp64 on this platform
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from rocmtrain import exit_codes
@@ -29,17 +30,23 @@ from rocmtrain.config.schema import (
     to_run_config,
 )
 
-#: exceptions that are the user's to fix: printed as one line, exit code USAGE
-_USAGE_ERRORS: tuple[type[BaseException], ...] = ()
-
 
 def _usage_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that are the user's to fix: printed as one line, exit code USAGE."""
+    from rocmtrain.comms.rendezvous import RendezvousError
     from rocmtrain.config import ConfigError
     from rocmtrain.config.data import DataConfigError
     from rocmtrain.strategies.planning import PlanError
     from rocmtrain.train import HardwareError
 
-    return (ConfigError, DataConfigError, PlanError, HardwareError, FileNotFoundError)
+    return (
+        ConfigError,
+        DataConfigError,
+        PlanError,
+        HardwareError,
+        RendezvousError,
+        FileNotFoundError,
+    )
 
 
 def _rank() -> int:
@@ -73,7 +80,12 @@ _QUIET_WARNINGS = (
 
 
 def hydra_main(argv: list[str]) -> int:
-    """Compose the config from ``argv`` (Hydra overrides) and run it; returns the exit code."""
+    """Compose the config from ``argv`` (Hydra overrides) and run it; returns the exit code.
+
+    Exit codes: 0 done, 1 training failed (one line names the rank and the exception; the
+    traceback is in ``<run_dir>/logs/``, or on screen with ``HYDRA_FULL_ERROR=1``), 2 the command
+    line or the config is unusable, 75 hang or preemption (requeue), 128+N a signal ended start-up.
+    """
     import warnings
 
     import hydra
@@ -90,10 +102,8 @@ def hydra_main(argv: list[str]) -> int:
 
     @hydra.main(version_base="1.3", config_path=str(configs_dir()), config_name=PRIMARY_CONFIG)
     def _entry(cfg: Any) -> None:
-        try:
-            result["code"] = run(cfg)
-        except SystemExit as exc:  # e.g. preemption/hang handlers exit 75 (REQUEUE): keep the code
-            result["code"] = exc.code if isinstance(exc.code, int) else exit_codes.FAILURE
+        result["started"] = 1
+        result["code"] = run(cfg)
 
     saved = sys.argv
     sys.argv = [saved[0] if saved else "rocmtrain", *argv]  # Lightning re-runs sys.argv per rank
@@ -120,28 +130,126 @@ def run(cfg: Any) -> int:
     """Validate, then submit / dry-run / train the composed config. Returns the exit code."""
     from rocmtrain.config.schema import validate_run_config
 
-    run_dir = None
+    run_dir = Path(str(cfg.run_dir))
+    existed = not _only_hydra_files(run_dir)  # Hydra has written .hydra/ and its log by now
+    started = False
     try:
-        run_dir = str(cfg.run_dir)
+        reject_unknown_keys(cfg)
         rc = to_run_config(cfg)
         validate_run_config(rc)
         code = maybe_submit(rc, _task_overrides())
         if code is not None:
-            run_dir = None  # submitted / printed: the job's run dir was printed by maybe_submit
             return code
         if rc.dry_run:
             print_plan(rc, _task_overrides())
             return exit_codes.OK
         from rocmtrain.train import train
 
+        started = True
         train(rc)
         return exit_codes.OK
     except _usage_errors() as exc:
+        started = started and _has_checkpoint_or_logs(run_dir)
         print(f"rocmtrain: error: {exc}", file=sys.stderr)
         return exit_codes.USAGE
+    except KeyboardInterrupt:
+        print(f"rocmtrain: interrupted (rank {_rank()}); no checkpoint written", file=sys.stderr)
+        return 128 + 2
+    except Exception as exc:  # a crash while training: one line here, the traceback in the run dir
+        _report_crash(exc, run_dir)
+        return exit_codes.FAILURE
     finally:
-        if run_dir and _rank() == 0:
-            print(f"rocmtrain: run dir: {os.path.abspath(run_dir)}", file=sys.stderr)
+        if not started and not existed:
+            _discard(run_dir)  # a rejected command leaves no run dir behind
+        elif _rank() == 0 and run_dir.is_dir():
+            print(f"rocmtrain: run dir: {run_dir.resolve()}", file=sys.stderr)
+
+
+def reject_unknown_keys(cfg: Any) -> None:
+    """``+trainer.max_epoch=1`` adds a key the schema does not have; OmegaConf keeps it and
+    ``to_object`` would drop it silently. Raise :class:`ConfigError` naming it instead."""
+    import dataclasses
+    import difflib
+
+    from omegaconf import DictConfig, OmegaConf
+
+    from rocmtrain.config import ConfigError
+
+    def walk(node: Any, prefix: str) -> None:
+        if not isinstance(node, DictConfig):
+            return
+        kind = OmegaConf.get_type(node)
+        if kind is None or not dataclasses.is_dataclass(kind):
+            return
+        fields = [f.name for f in dataclasses.fields(kind)]
+        for key in node.keys():
+            name = f"{prefix}{key}"
+            if key not in fields:
+                close = difflib.get_close_matches(str(key), fields, n=1)
+                fix = (
+                    f"did you mean {prefix}{close[0]}?"
+                    if close
+                    else f"{prefix.rstrip('.') or 'the root'} has no such key"
+                )
+                raise ConfigError(
+                    name,
+                    OmegaConf.select(node, str(key)),
+                    f"unknown key; {fix} (valid keys: python -m rocmtrain --cfg job)",
+                )
+            walk(node._get_node(key), f"{name}.")
+
+    walk(cfg, "")
+
+
+def _report_crash(exc: BaseException, run_dir: Path) -> None:
+    import traceback
+
+    rank = _rank()
+    text = "".join(traceback.format_exception(exc))
+    where = "(no run dir)"
+    try:
+        logs = run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        path = logs / f"error_rank{rank}.txt"
+        path.write_text(text)
+        where = str(path.resolve())
+    except OSError:
+        pass
+    first = (str(exc).strip().splitlines() or [""])[0]
+    print(
+        f"rocmtrain: error: training failed on rank {rank}: {type(exc).__name__}: {first} "
+        f"(traceback: {where})",
+        file=sys.stderr,
+    )
+    for note in getattr(exc, "__notes__", ()):  # error hints (rocmtrain.faults.hints)
+        print(note, file=sys.stderr)
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        print(text, file=sys.stderr)
+
+
+def _only_hydra_files(run_dir: Path) -> bool:
+    """True when ``run_dir`` is missing or holds only what Hydra wrote for this command."""
+    if not run_dir.is_dir():
+        return True
+    return all(p.name == ".hydra" or p.suffix == ".log" for p in run_dir.iterdir())
+
+
+def _has_checkpoint_or_logs(path: Path) -> bool:
+    return any((path / name).exists() for name in ("checkpoints", "logs", "watchdog"))
+
+
+def _discard(run_dir: Path) -> None:
+    """Remove a run dir that holds only what Hydra wrote for this command (``.hydra``, the job
+    log); never a folder with anything else in it."""
+    import shutil
+
+    if not run_dir.is_dir() or _rank() != 0:
+        return
+    if _only_hydra_files(run_dir):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        parent = run_dir.parent
+        if parent.is_dir() and not any(parent.iterdir()):  # runs/<recipe>/ made for it alone
+            parent.rmdir()
 
 
 def _task_overrides() -> list[str]:
@@ -171,17 +279,12 @@ def print_plan(cfg: Any, overrides: list[str]) -> None:
     """
     import torch
 
-    from rocmtrain.models.dlrm import build_dlrm, pooling_factors
-    from rocmtrain.strategies.planning import (
-        build_sharders,
-        describe_plan,
-        make_plan,
-        sharding_constraints,
-    )
+    from rocmtrain import platform
+    from rocmtrain.models.dlrm import build_dlrm
+    from rocmtrain.strategies import TorchRecStrategy
+    from rocmtrain.strategies.planning import describe_plan
 
-    gpu = cfg.trainer.accelerator in ("gpu", "auto") and (
-        cfg.trainer.accelerator == "gpu" or cfg.strategy.backend == "nccl"
-    )
+    gpu = platform.is_gpu_run(cfg.trainer.accelerator, cfg.strategy.backend)
     device = "cuda" if gpu else "cpu"
     backend = (
         cfg.strategy.backend if cfg.strategy.backend != "auto" else ("nccl" if gpu else "gloo")
@@ -205,25 +308,12 @@ def print_plan(cfg: Any, overrides: list[str]) -> None:
         f"data {cfg.data.kind}; precision {cfg.precision.mode}; kernel {cfg.kernel}"
     )
     model = build_dlrm(m, dense_device=torch.device("meta"))
-    plan = make_plan(
-        model,
-        sharders=build_sharders(cfg.kernel),
-        world_size=ws,
-        local_world_size=cfg.trainer.devices,
-        compute_device=device,
-        constraints=sharding_constraints(
-            model,
-            cfg.strategy.sharding_type,
-            per_table=cfg.strategy.per_table_sharding,
-            pooling_factors=pooling_factors(m),
-        ),
-        batch_size=cfg.data.batch_size,
-        hbm_cap_gb=cfg.strategy.hbm_cap_gb,
-        ddr_cap_gb=cfg.strategy.ddr_cap_gb,
+    strategy = TorchRecStrategy.from_config(cfg)
+    plan = strategy.plan_for(
+        model, world_size=ws, local_world_size=cfg.trainer.devices, compute_device=device
     )
-    from rocmtrain.train import use_pipeline
-
-    loop = "TorchRec TrainPipelineSparseDist" if use_pipeline(cfg) else "plain Lightning loop"
+    pipelined = strategy.uses_pipeline(cfg.trainer.accelerator)
+    loop = "TorchRec TrainPipelineSparseDist" if pipelined else "plain Lightning loop"
     out.append(f"  train loop      {loop} (strategy.pipeline={cfg.strategy.pipeline})")
     out.append(
         f"  sharding plan   TorchRec planner, sharding_type={cfg.strategy.sharding_type}, "
@@ -238,18 +328,17 @@ def print_plan(cfg: Any, overrides: list[str]) -> None:
 
 
 def _planned_env(cfg: Any) -> list[str]:
-    # integration point: rocmtrain.comms.rccl (owner: RCCL area)
-    try:
-        from rocmtrain.comms.rccl import plan_rccl_env
-    except ImportError:
-        return ["(rocmtrain.comms.rccl not available: no RCCL/NCCL variables would be set)"]
+    """What the strategy sets in every rank, and what it says about the environment: the same
+    checks as a real run, so a bad value (``NCCL_PROTO=LL9``) fails the dry run too."""
+    from rocmtrain.comms.rccl import environment_findings, plan_rccl_env
+    from rocmtrain.config import ConfigError
+
     warnings: list[str] = []
     try:
         env = plan_rccl_env(cfg.rccl, run_dir=cfg.run_dir, warnings=warnings)
+        warnings += environment_findings(dict(os.environ))
     except ValueError as exc:
-        from rocmtrain.config import ConfigError
-
-        raise ConfigError("rccl", "(see message)", str(exc)) from exc
+        raise ConfigError("rccl", "(environment)", str(exc)) from exc
     lines = [f"{k}={v}" for k, v in sorted(env.items())] or ["(none: library defaults)"]
     return lines + [f"warning: {w}" for w in warnings]
 

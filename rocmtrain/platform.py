@@ -57,6 +57,14 @@ def backend() -> Backend:
     return "rocm" if is_rocm() else "cuda"
 
 
+def is_gpu_run(accelerator: str, backend: str = "auto") -> bool:
+    """The one "GPU run or not" decision: ``accelerator`` gpu, or auto with a GPU visible, or the
+    nccl backend asked for (which needs GPUs)."""
+    if accelerator == "gpu" or backend == "nccl":
+        return True
+    return accelerator == "auto" and has_gpu()
+
+
 def device_count() -> int:
     """Number of visible GPUs (0 on a CPU-only machine)."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0

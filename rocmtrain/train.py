@@ -1,6 +1,7 @@
 """``train(cfg) -> metrics``: build data, model, strategy, callbacks and fit. A plain function.
 
     from rocmtrain.config.schema import RunConfig
+from rocmtrain.strategies import TorchRecStrategy
     from rocmtrain.train import train
     metrics = train(RunConfig())     # the dlrm_cpu defaults; returns the last epoch's metrics
 
@@ -8,15 +9,17 @@ Every rank runs this function (Lightning re-runs the command line for ranks > 0)
 auto-resumes from the newest complete checkpoint under ``cfg.checkpoint.dir`` (default
 ``<run_dir>/checkpoints``) unless ``checkpoint.resume=never``.
 
-Integration points of the other areas are one small function each below (``_precision_plugins``,
-``_watchdog_callbacks``, ``_monitor_callbacks``, ``_grad_health_callbacks``,
-``_cluster_plugins``); the strategy calls the RCCL env and device binding itself.
+The run-time protection (collective environment, watchdog, timeouts, preemption, error hints)
+lives in :class:`rocmtrain.strategies.TorchRecStrategy`, built by
+:meth:`~rocmtrain.strategies.TorchRecStrategy.from_config` exactly as a user's own script would
+use it; this function adds only the optional features (progress bar, checkpoints, monitor, grad
+health) and the precision plugin.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ import pytorch_lightning as pl
 from rocmtrain import checkpoint as ckpt
 from rocmtrain import platform
 from rocmtrain.config.schema import RunConfig
+from rocmtrain.strategies import TorchRecStrategy
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +40,7 @@ class HardwareError(RuntimeError):
 def check_hardware(cfg: RunConfig) -> None:
     """Fail early, naming what is missing and the CPU recipe to try."""
     t = cfg.trainer
-    if t.accelerator == "gpu" or cfg.strategy.backend == "nccl":
+    if platform.is_gpu_run(t.accelerator, cfg.strategy.backend):
         have = platform.device_count() if platform.has_gpu() else 0
         if have < t.devices:
             build = "CPU-only" if not (platform.is_rocm() or platform.is_cuda_build()) else "GPU"
@@ -58,8 +62,10 @@ def train(cfg: RunConfig) -> dict[str, float]:
     validate_run_config(cfg)
     _hand_over_early_signals(cfg)
     check_hardware(cfg)
-    run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    strategy = TorchRecStrategy.from_config(cfg)
+    gpu = platform.is_gpu_run(cfg.trainer.accelerator, cfg.strategy.backend)
+    strategy.check_supported("cuda" if gpu else "cpu")
+    run_dir = prepare_run_dir(cfg)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     m = cfg.model
     datamodule = build_datamodule(
@@ -69,8 +75,8 @@ def train(cfg: RunConfig) -> dict[str, float]:
         num_dense=m.num_dense_features,
         seed=cfg.seed,
     )
-    module = build_module(cfg)
-    trainer = build_trainer(cfg, run_dir)
+    module = build_module(cfg, strategy)
+    trainer = build_trainer(cfg, run_dir, strategy=strategy)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg))
     final = dict(module.history[-1]) if module.history else {}
     if trainer.is_global_zero and final:
@@ -78,22 +84,48 @@ def train(cfg: RunConfig) -> dict[str, float]:
     return final
 
 
-def use_pipeline(cfg: RunConfig) -> bool:
-    """``strategy.pipeline``: sparse_dist, none, or auto (= sparse_dist on GPU)."""
-    if cfg.strategy.pipeline == "auto":
-        return cfg.trainer.accelerator == "gpu"
-    return cfg.strategy.pipeline == "sparse_dist"
+def prepare_run_dir(cfg: RunConfig) -> Path:
+    """Create ``run_dir`` (checked writable before anything starts) and keep the metrics of an
+    earlier attempt: Lightning's CSV logger deletes ``logs/metrics.csv`` when it starts."""
+    from rocmtrain.config import ConfigError
+
+    run_dir = Path(cfg.run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            "run_dir", cfg.run_dir, f"cannot write there ({exc.strerror}); choose a writable folder"
+        ) from None
+    metrics = run_dir / "logs" / "metrics.csv"
+    if _launching_rank() and metrics.is_file():
+        n = 1
+        while (kept := metrics.with_name(f"metrics.attempt{n}.csv")).exists():
+            n += 1
+        metrics.rename(kept)
+        log.info("resume: the previous attempt's metrics are kept in %s", kept)
+    return run_dir
 
 
-def build_module(cfg: RunConfig) -> pl.LightningModule:
-    """``DLRMModule``, or ``PipelinedDLRMModule`` when the TorchRec train pipeline is on."""
+def _launching_rank() -> bool:
+    """True in the process that launches the run (global rank 0 of Lightning, torchrun or Slurm)."""
+    env = os.environ
+    return int(env.get("RANK", env.get("SLURM_PROCID", env.get("LOCAL_RANK", "0"))) or 0) == 0
+
+
+def build_module(cfg: RunConfig, strategy: TorchRecStrategy) -> pl.LightningModule:
+    """``DLRMModule``, or ``PipelinedDLRMModule`` when the strategy's train pipeline is on."""
     from rocmtrain.models.module import DLRMModule, PipelinedDLRMModule
 
-    cls = PipelinedDLRMModule if use_pipeline(cfg) else DLRMModule
+    cls = PipelinedDLRMModule if strategy.uses_pipeline(cfg.trainer.accelerator) else DLRMModule
     return cls(cfg.model)
 
 
-def build_trainer(cfg: RunConfig, run_dir: Path, **overrides: Any) -> pl.Trainer:
+def build_trainer(
+    cfg: RunConfig, run_dir: Path, *, strategy: TorchRecStrategy | None = None, **overrides: Any
+) -> pl.Trainer:
     """The ``pl.Trainer`` of ``cfg`` (strategy, callbacks, plugins, logger in ``run_dir``)."""
     from pytorch_lightning.callbacks import TQDMProgressBar
     from pytorch_lightning.loggers import CSVLogger
@@ -111,14 +143,13 @@ def build_trainer(cfg: RunConfig, run_dir: Path, **overrides: Any) -> pl.Trainer
                 keep_last=cfg.checkpoint.keep_last,
             )
         )
-    callbacks += _watchdog_callbacks(cfg, run_dir)
     callbacks += _monitor_callbacks(cfg, run_dir)
     callbacks += _grad_health_callbacks(cfg)
     kwargs: dict[str, Any] = dict(
         accelerator=t.accelerator,
         devices=t.devices,
         num_nodes=t.num_nodes,
-        strategy=build_strategy(cfg),
+        strategy=strategy or TorchRecStrategy.from_config(cfg),
         max_epochs=t.max_epochs,
         max_steps=t.max_steps,
         limit_train_batches=t.limit_train_batches,
@@ -136,27 +167,6 @@ def build_trainer(cfg: RunConfig, run_dir: Path, **overrides: Any) -> pl.Trainer
     )
     kwargs.update(overrides)
     return pl.Trainer(**kwargs)
-
-
-def build_strategy(cfg: RunConfig) -> pl.strategies.Strategy:
-    """``TorchRecStrategy`` configured from ``cfg.strategy``/``cfg.rccl``/``cfg.kernel``."""
-    from rocmtrain.models.dlrm import pooling_factors
-    from rocmtrain.strategies import TorchRecStrategy
-
-    s, m = cfg.strategy, cfg.model
-    return TorchRecStrategy(
-        sharding_type=s.sharding_type,
-        per_table_sharding=dict(s.per_table_sharding),
-        kernel=cfg.kernel,
-        pooling_factors=pooling_factors(m),
-        planner_batch_size=cfg.data.batch_size,
-        hbm_cap_gb=s.hbm_cap_gb,
-        ddr_cap_gb=s.ddr_cap_gb,
-        rccl=cfg.rccl,
-        run_dir=cfg.run_dir,
-        timeout=timedelta(seconds=cfg.rccl.init_timeout_seconds),
-        process_group_backend=None if s.backend == "auto" else s.backend,
-    )
 
 
 def resume_path(cfg: RunConfig) -> str | None:
@@ -178,31 +188,25 @@ def resume_path(cfg: RunConfig) -> str | None:
     return None
 
 
-# -- integration points (one small function per area) ---------------------------------------------
+# -- optional features and plugins ---------------------------------------------
 def _precision_plugins(cfg: RunConfig, run_dir: Path) -> list[Any]:
-    """rocmtrain.precision.plugin.build_precision_plugin (precision area)."""
+    """The precision plugin of ``cfg.precision`` for this run's device."""
     from rocmtrain.precision.plugin import build_precision_plugin
 
-    device = "cuda" if cfg.trainer.accelerator == "gpu" else "cpu"
+    gpu = platform.is_gpu_run(cfg.trainer.accelerator, cfg.strategy.backend)
+    device = "cuda" if gpu else "cpu"
     return [build_precision_plugin(cfg.precision, run_dir=run_dir, device=device)]
 
 
-def _watchdog_callbacks(cfg: RunConfig, run_dir: Path) -> list[pl.Callback]:
-    """rocmtrain.faults.watchdog.build_callbacks (watchdog area)."""
-    from rocmtrain.faults.watchdog import build_callbacks
-
-    return build_callbacks(cfg.watchdog, cfg.rccl, run_dir)
-
-
 def _monitor_callbacks(cfg: RunConfig, run_dir: Path) -> list[pl.Callback]:
-    """rocmtrain.diagnostics.monitor.build_callbacks (diagnostics area)."""
+    """Device monitor, step-time statistics and the optional profiler."""
     from rocmtrain.diagnostics.monitor import build_callbacks
 
     return build_callbacks(cfg.monitor, run_dir, profile=cfg.profile)
 
 
 def _grad_health_callbacks(cfg: RunConfig) -> list[pl.Callback]:
-    """rocmtrain.precision.grad_health.GradHealthCallback (precision area)."""
+    """Per-group gradient norms; NaN/Inf steps named and skipped."""
     from rocmtrain.precision.grad_health import GradHealthCallback
 
     gh = cfg.precision.grad_health
@@ -211,7 +215,7 @@ def _grad_health_callbacks(cfg: RunConfig) -> list[pl.Callback]:
 
 def _hand_over_early_signals(cfg: RunConfig) -> None:
     """Signals held since start-up (``rocmtrain.faults.preemption.arm_early``) that this run's
-    PreemptionCallback will not handle get their default action back (watchdog area)."""
+    PreemptionCallback will not handle get their default action back."""
     from rocmtrain.faults.preemption import disarm_early
 
     w = cfg.watchdog
@@ -219,7 +223,7 @@ def _hand_over_early_signals(cfg: RunConfig) -> None:
 
 
 def _cluster_plugins() -> list[Any]:
-    """rocmtrain.launch.cluster_environment (Slurm area): SLURMEnvironment inside a job."""
+    """Lightning's SLURMEnvironment inside a Slurm job (no auto-requeue: the batch script requeues)."""
     from rocmtrain.launch import cluster_environment
 
     env = cluster_environment()

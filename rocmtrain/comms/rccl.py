@@ -347,6 +347,32 @@ def read_rccl_conf(paths: tuple[Path, ...] = RCCL_CONF_FILES) -> dict[Path, dict
     return found
 
 
+def environment_findings(
+    environ: Mapping[str, str],
+    *,
+    plat: Platform | None = None,
+    conf_files: tuple[Path, ...] = RCCL_CONF_FILES,
+) -> list[str]:
+    """Warnings about the process environment and the RCCL config files (invented, dead or
+    version-gated names, with the real knob); raises ValueError for an unusable value."""
+    plat = plat or Platform.detect()
+    warnings: list[str] = []
+    for finding in registry.check_environment(
+        dict(environ), rccl_version=plat.version, rocm=plat.rocm
+    ):
+        if finding.severity == "error":
+            raise ValueError(f"environment: {finding.message}")
+        warnings.append(f"environment: {finding.message}")
+    for path, values in read_rccl_conf(conf_files).items():
+        shown = ", ".join(f"{k}={v}" for k, v in values.items()) or "(no settings)"
+        warnings.append(f"RCCL also reads {path} (it applies these): {shown}")
+        for key in values:
+            finding = registry.check_name(key, where=str(path))
+            if finding is not None:
+                warnings.append(finding.message)
+    return warnings
+
+
 def apply_rccl_config(
     cfg: Any,
     *,
@@ -364,22 +390,7 @@ def apply_rccl_config(
     plat = plat or Platform.detect()
     warnings: list[str] = []
     planned = plan_rccl_env(cfg, run_dir=run_dir, plat=plat, warnings=warnings)
-    for finding in registry.check_environment(
-        dict(env_now), rccl_version=plat.version, rocm=plat.rocm
-    ):
-        if finding.severity == "error":
-            raise ValueError(f"environment: {finding.message}")
-        warnings.append(f"environment: {finding.message}")
-    for path, values in read_rccl_conf(conf_files).items():
-        log.warning(
-            "RCCL also reads %s (it applies these): %s",
-            path,
-            ", ".join(f"{k}={v}" for k, v in values.items()) or "(no settings)",
-        )
-        for key in values:
-            finding = registry.check_name(key, where=str(path))
-            if finding is not None:
-                warnings.append(finding.message)
+    warnings += environment_findings(dict(env_now), plat=plat, conf_files=conf_files)
     for text in warnings:
         log.warning("rccl: %s", text)
     if plat.version is not None:

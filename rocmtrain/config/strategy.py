@@ -1,7 +1,7 @@
 """Strategy schema: TorchRec sharding and the process-group backend.
 
-    python -m rocmtrain strategy.sharding_type=row_wise
-    python -m rocmtrain +strategy.per_table_sharding.t_cat_0=data_parallel   # one table
+python -m rocmtrain strategy.sharding_type=row_wise
+python -m rocmtrain +strategy.per_table_sharding.t_cat_0=data_parallel   # one table
 """
 
 from __future__ import annotations

@@ -251,6 +251,34 @@ def classify(
     return {"cause": "stall", "stuck_ranks": behind, "summary": summary}
 
 
+def refine_with_flight_recorder(
+    decision: dict[str, Any], dumps: dict[int, dict[str, Any]]
+) -> dict[str, Any]:
+    """When every rank stopped at the same step and phase (a collective inside the model's
+    forward, e.g. TorchRec's input all-to-all), the flight recorders still tell them apart: a
+    rank that issued fewer collectives on the same process group has not reached the one the
+    others wait in. Returns ``decision`` with those ranks as the stuck ones, else unchanged."""
+    if decision.get("cause") != "stall" or len(decision.get("stuck_ranks", ())) < 2:
+        return decision
+    last = {r: dumps.get(r, {}).get("last") or {} for r in decision["stuck_ranks"]}
+    seqs = {r: e.get("collective_seq_id") for r, e in last.items()}
+    groups = {tuple(e.get("process_group") or ()) for e in last.values()}
+    if None in seqs.values() or len(groups) != 1 or len(set(seqs.values())) < 2:
+        return decision
+    low, high = min(seqs.values()), max(seqs.values())
+    behind = sorted(r for r, q in seqs.items() if q == low)
+    ahead = sorted(r for r, q in seqs.items() if q == high)
+    name = last[ahead[0]].get("profiling_name") or "a collective"
+    return {
+        **decision,
+        "stuck_ranks": behind,
+        "summary": (
+            f"rank(s) {behind} are behind (flight recorder: their last collective is #{low}); "
+            f"rank(s) {ahead} already issued #{high} ({name}) and wait inside it for them"
+        ),
+    }
+
+
 NEXT_STEPS = {
     "stall": [
         "Read the stuck rank's Python stacks (above, and in its stacks file): the first frames of its "
@@ -284,7 +312,9 @@ def stack_excerpt(path: str | os.PathLike[str], *, max_lines: int = 40) -> str:
         text = Path(path).read_text()
     except OSError:
         return ""
-    blocks = [b for b in text.split("\n\n") if b.strip() and "rocmtrain/faults/watchdog.py" not in b]
+    blocks = [
+        b for b in text.split("\n\n") if b.strip() and "rocmtrain/faults/watchdog.py" not in b
+    ]
     lines = [ln for b in blocks for ln in b.splitlines() if not ln.startswith("# pid")]
     return "\n".join(lines[:max_lines])
 

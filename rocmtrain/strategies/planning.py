@@ -63,6 +63,34 @@ def build_sharders(kernel: str, *, fused_params: dict | None = None) -> list[Mod
     return list(sharders)
 
 
+def check_sharding_supported(
+    sharders: Sequence[ModuleSharder],
+    sharding_type: str,
+    *,
+    per_table: Mapping[str, str] | None = None,
+    compute_device: str,
+    kernel: str,
+) -> None:
+    """Raise :class:`PlanError` when the sharders cannot shard tables as asked on this device
+    (e.g. TorchRec's FBGEMM sharder offers no row-wise sharding on CPU)."""
+    offered: set[str] = set()
+    for sharder in sharders:
+        offered |= set(sharder.sharding_types(compute_device))
+    wanted = {("strategy.sharding_type", sharding_type)} if sharding_type != "auto" else set()
+    wanted |= {(f"strategy.per_table_sharding.{t}", k) for t, k in (per_table or {}).items()}
+    for field, kind in sorted(wanted):
+        if kind not in offered:
+            raise PlanError(
+                f"{field}={kind} is not available with kernel={kernel} on {compute_device}: the "
+                f"sharders offer {', '.join(sorted(offered))}. Choose one of those"
+                + (
+                    " (on CPU, row-wise shards work with kernel=torch)"
+                    if "row" in kind and compute_device == "cpu" and kernel == "fbgemm"
+                    else ""
+                )
+            )
+
+
 def table_names(module: nn.Module) -> list[str]:
     """Names of every table of every EmbeddingBagCollection inside ``module``."""
     names: list[str] = []

@@ -1,38 +1,43 @@
-"""``TorchRecStrategy``: Lightning DDP-shaped strategy that shards embeddings with TorchRec DMP.
-
-Use it from any Lightning script (``import rocmtrain`` registers the names)::
+"""``TorchRecStrategy``: the product. Swap it into any Lightning Trainer and get TorchRec sharding
+plus everything rocmtrain adds on every rank, with nothing else to remember::
 
     import rocmtrain, pytorch_lightning as pl
-    trainer = pl.Trainer(strategy="torchrec", accelerator="cpu", devices=2)     # gloo
-    trainer = pl.Trainer(strategy="torchrec_row_wise", accelerator="gpu", devices=8)  # nccl/RCCL
-    trainer = pl.Trainer(strategy=TorchRecStrategy(sharding_type="table_wise"), ...)
+    trainer = pl.Trainer(strategy="torchrec", accelerator="gpu", devices=8)        # defaults on
+    trainer = pl.Trainer(
+        strategy=rocmtrain.TorchRecStrategy(
+            sharding_type="table_wise",
+            rccl="mi300x_8gpu",                          # preset name, RcclConfig or mapping
+            watchdog={"hang_timeout_seconds": 120},      # WatchdogConfig, mapping, or None = off
+        ),
+        accelerator="gpu", devices=8,
+    )
 
-Registered names: ``torchrec`` (planner's choice), ``torchrec_table_wise``,
-``torchrec_row_wise``, ``torchrec_data_parallel``; ``*_spawn`` variants start ranks with
-``torch.multiprocessing`` spawn instead of re-running the script.
+Registered names: ``torchrec`` (planner's choice), ``torchrec_table_wise``, ``torchrec_row_wise``,
+``torchrec_data_parallel``; ``*_spawn`` variants start ranks with ``torch.multiprocessing`` spawn.
+``python -m rocmtrain`` builds exactly this strategy from its config (:meth:`from_config`).
 
 What it does, in Lightning's hook order:
 
-1. ``setup_environment``: device/NUMA binding (``rocmtrain.launch.binding``), the RCCL/NCCL env
-   (``rocmtrain.comms.rccl.apply_rccl_config``), both BEFORE ``init_process_group`` (gloo on CPU,
-   nccl on CUDA/ROCm) with ``timeout = rccl.init_timeout_seconds``.
+1. ``setup_environment``: rendezvous checks (``MASTER_ADDR`` resolves, the port is free on the store
+   host), device/NUMA binding, the RCCL/NCCL environment plan (validated; invented knobs warned with
+   the real one named; each change logged ``NAME: old -> new``), all BEFORE ``init_process_group``,
+   whose wait for peers is bounded by ``rccl.init_timeout_seconds``. Then the run-time protection of
+   :mod:`rocmtrain.faults` joins the trainer: error hints, the hang watchdog (exit 75 naming the
+   stuck rank), the two-phase process-group timeout (short after step 1) and preemption
+   (SIGTERM/SIGUSR1 → checkpoint at the same step on every rank → exit 75).
 2. ``setup`` → ``_setup_model``: the LightningModule (its EmbeddingBagCollections on the meta
-   device) is wrapped in ``DistributedModelParallel``: TorchRec's planner (or the given plan)
-   shards every table (table-wise / row-wise / data-parallel ...), materialises the shards on
-   this rank, fuses the embedding optimizer into the backward (``apply_optimizer_in_backward``
-   in the module, or ``fused_params``), and wraps the dense rest in DDP. Optimizers are created
-   after that, so ``configure_optimizers`` sees only dense parameters through
-   ``in_backward_optimizer_filter``.
+   device) is wrapped in ``DistributedModelParallel``: :meth:`plan_for` (the same function the dry
+   run prints) shards every table, the shards materialise on this rank, the embedding optimizer
+   is fused into the backward (``apply_optimizer_in_backward`` in the module, or ``fused_params``),
+   and DDP wraps the dense rest (``ddp_kwargs``: bucket size, static graph ...).
 3. Checkpoints: ``save_checkpoint``/``load_checkpoint`` write/read sharded state with
-   ``torch.distributed.checkpoint`` into an atomic folder (``rocmtrain.checkpoint``); the fused
-   embedding optimizer state, dense optimizer, loops, data position and RNG are included.
+   ``torch.distributed.checkpoint`` into an atomic folder (``rocmtrain.checkpoint``).
+4. ``teardown``: the environment variables it set are restored.
 
-Input-dist/compute overlap: TorchRec's ``TrainPipelineSparseDist`` must own the data iterator,
-so it lives in the LightningModule (``rocmtrain.models.module.PipelinedDLRMModule``: manual
-optimization, ``training_step(dataloader_iter)``), built over :attr:`dmp`; any module can do the
-same with :meth:`make_train_pipeline`. ``train(cfg)`` uses it on GPU (``strategy.pipeline=auto``)
-and the plain loop on CPU (``strategy.pipeline=sparse_dist`` forces it; the CPU test checks that
-it gives the plain loop's losses).
+Input-dist/compute overlap: TorchRec's ``TrainPipelineSparseDist`` must own the data iterator, so a
+module that wants it drives :meth:`make_train_pipeline` itself (``calls_model_itself = True``, e.g.
+``rocmtrain.models.module.PipelinedDLRMModule``); ``pipeline`` says whether the CLI builds that
+module (``auto`` = on GPU).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from __future__ import annotations
 import logging
 import os
 import random
-from datetime import timedelta
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +53,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
+from lightning_fabric.plugins.environments import LightningEnvironment
 from lightning_fabric.utilities.optimizer import _optimizers_to_device
 from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.trainer.states import TrainerFn
@@ -55,12 +61,22 @@ from torch import nn
 from typing_extensions import override
 
 from rocmtrain import checkpoint as ckpt
+from rocmtrain import platform
+from rocmtrain.config import ConfigError, check_choice
+from rocmtrain.config.convert import as_config
+from rocmtrain.config.rccl import RcclConfig
+from rocmtrain.config.strategy import PIPELINES, SHARDING_TYPES
+from rocmtrain.config.watchdog import WatchdogConfig
 
 if TYPE_CHECKING:  # torchrec is imported when a model is set up, not on `import rocmtrain`
     from torchrec.distributed import DistributedModelParallel
     from torchrec.distributed.types import ShardingPlan
 
+    from rocmtrain.config.schema import RunConfig
+
 log = logging.getLogger(__name__)
+
+KERNELS = ("fbgemm", "triton", "torch")
 
 #: registered name -> (sharding_type, start_method)
 REGISTERED: dict[str, tuple[str, str]] = {
@@ -72,9 +88,43 @@ REGISTERED: dict[str, tuple[str, str]] = {
     "torchrec_table_wise_spawn": ("table_wise", "spawn"),
 }
 
+#: keyword arguments of torchrec's DefaultDataParallelWrapper that ``ddp_kwargs`` may set directly;
+#: any other key goes to ``torch.nn.parallel.DistributedDataParallel`` itself
+_DDP_WRAPPER_KEYS = ("bucket_cap_mb", "static_graph", "find_unused_parameters")
+
+_DEFAULT_PLANNER_BATCH = 512
+
 
 class TorchRecStrategy(DDPStrategy):
-    """Multi-process training with TorchRec-sharded embeddings and DDP for the dense part."""
+    """Multi-process training with TorchRec-sharded embeddings, DDP for the dense part, and
+    rocmtrain's collective environment, hang watchdog, timeouts, preemption and error hints.
+
+    Args:
+        sharding_type: every table's sharding: ``auto`` (planner's choice), ``table_wise``,
+            ``row_wise``, ``column_wise``, ``table_row_wise``, ``table_column_wise``,
+            ``data_parallel``.
+        per_table_sharding: ``{table_name: sharding_type}`` overrides.
+        kernel: embedding kernels: ``fbgemm`` (TorchRec/FBGEMM TBE), ``triton`` or ``torch``
+            (rocmtrain's TBE, ``EmbeddingComputeKernel.CUSTOMIZED_KERNEL``).
+        pipeline: ``auto`` | ``sparse_dist`` | ``none``: whether the input all-to-all overlaps
+            compute (see :attr:`uses_pipeline`).
+        rccl: collective environment and process-group timeouts: an ``RcclConfig``, a mapping of
+            its fields, or a preset name of ``configs/rccl/`` (``None`` = defaults: no collective
+            knob set, the environment still checked).
+        watchdog: hang watchdog, preemption and error hints: a ``WatchdogConfig``, a mapping of its
+            fields, or ``None`` to switch the hang watchdog off (hints, preemption and the
+            two-phase timeouts stay, as their own fields say).
+        run_dir: where hang reports, flight-recorder dumps and error hints go; default the
+            trainer's ``default_root_dir``.
+        planner_batch_size: per-rank batch the planner costs; default the datamodule's
+            ``batch_size`` (a warning names the fallback when there is none).
+        pooling_factors: expected ids per sample per table (multi-hot) for the planner.
+        hbm_cap_gb, ddr_cap_gb: per-rank memory the planner may use (GiB).
+        plan: a ready ``ShardingPlan`` (skips the planner).
+        fused_params: FBGEMM fused-optimizer parameters for the sharders.
+        ddp_kwargs: for the dense part's DDP: ``bucket_cap_mb``, ``static_graph``,
+            ``find_unused_parameters`` and any ``DistributedDataParallel`` argument.
+    """
 
     strategy_name = "torchrec"
 
@@ -82,47 +132,144 @@ class TorchRecStrategy(DDPStrategy):
         self,
         *,
         sharding_type: str = "auto",
-        per_table_sharding: dict[str, str] | None = None,
+        per_table_sharding: Mapping[str, str] | None = None,
         kernel: str = "fbgemm",
-        fused_params: dict[str, Any] | None = None,
-        plan: ShardingPlan | None = None,
-        pooling_factors: dict[str, float] | None = None,
+        pipeline: str = "auto",
+        rccl: RcclConfig | Mapping[str, Any] | str | None = None,
+        watchdog: WatchdogConfig | Mapping[str, Any] | None = WatchdogConfig(),  # noqa: B008
+        run_dir: str | os.PathLike[str] | None = None,
         planner_batch_size: int | None = None,
+        pooling_factors: Mapping[str, float] | None = None,
         hbm_cap_gb: float | None = None,
         ddr_cap_gb: float | None = None,
-        rccl: Any | None = None,
-        run_dir: str | os.PathLike[str] | None = None,
-        timeout: timedelta | None = None,
-        **kwargs: Any,
+        plan: ShardingPlan | None = None,
+        fused_params: dict[str, Any] | None = None,
+        ddp_kwargs: Mapping[str, Any] | None = None,
+        accelerator: Any = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: Any = None,
+        checkpoint_io: Any = None,
+        precision_plugin: Any = None,
+        process_group_backend: str | None = None,
+        start_method: str = "popen",
     ) -> None:
-        if timeout is None:
-            seconds = getattr(rccl, "init_timeout_seconds", None)
-            timeout = timedelta(seconds=seconds) if seconds else timedelta(minutes=30)
-        super().__init__(timeout=timeout, **kwargs)
+        check_choice("sharding_type", sharding_type, SHARDING_TYPES)
+        for table, kind in (per_table_sharding or {}).items():
+            check_choice(f"per_table_sharding.{table}", kind, SHARDING_TYPES[1:])
+        check_choice("kernel", kernel, KERNELS)
+        check_choice("pipeline", pipeline, PIPELINES)
+        if planner_batch_size is not None and planner_batch_size < 1:
+            raise ConfigError("planner_batch_size", planner_batch_size, "use a positive batch")
+        self._rccl_cfg = as_config(rccl, RcclConfig, field="rccl", group="rccl")
+        self._watchdog_cfg = (
+            WatchdogConfig(enabled=False)
+            if watchdog is None
+            else as_config(watchdog, WatchdogConfig, field="watchdog", group="watchdog")
+        )
+        from datetime import timedelta
+
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+            process_group_backend=process_group_backend,
+            timeout=timedelta(seconds=self._rccl_cfg.init_timeout_seconds),
+            start_method=start_method,
+        )
         self._sharding_type = sharding_type
         self._per_table_sharding = dict(per_table_sharding or {})
         self._kernel = kernel
+        self._pipeline = pipeline
         self._fused_params = fused_params
         self._plan = plan
-        self._pooling_factors = pooling_factors
+        self._pooling_factors = dict(pooling_factors) if pooling_factors else None
         self._planner_batch_size = planner_batch_size
         self._hbm_cap_gb = hbm_cap_gb
         self._ddr_cap_gb = ddr_cap_gb
-        self._rccl = rccl
-        self._run_dir = run_dir
+        self._dmp_ddp_kwargs = dict(ddp_kwargs or {})
+        self._run_dir = Path(run_dir) if run_dir is not None else None
+        self._env_changes: dict[str, tuple[str | None, str | None]] = {}
+        self._sharder_list: list[Any] | None = None
         self._dmp: DistributedModelParallel | None = None
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, **kwargs: Any) -> TorchRecStrategy:
+        """The strategy of a composed run config (what ``python -m rocmtrain`` uses)."""
+        from rocmtrain.models.dlrm import pooling_factors
+
+        s = cfg.strategy
+        return cls(
+            sharding_type=s.sharding_type,
+            per_table_sharding=dict(s.per_table_sharding),
+            kernel=cfg.kernel,
+            pipeline=s.pipeline,
+            rccl=cfg.rccl,
+            watchdog=cfg.watchdog,
+            run_dir=cfg.run_dir,
+            planner_batch_size=cfg.data.batch_size,
+            pooling_factors=pooling_factors(cfg.model),
+            hbm_cap_gb=s.hbm_cap_gb,
+            ddr_cap_gb=s.ddr_cap_gb,
+            process_group_backend=None if s.backend == "auto" else s.backend,
+            **kwargs,
+        )
+
+    @property
+    def rccl_config(self) -> RcclConfig:
+        return self._rccl_cfg
+
+    @property
+    def watchdog_config(self) -> WatchdogConfig:
+        return self._watchdog_cfg
+
+    @property
+    def kernel(self) -> str:
+        return self._kernel
+
+    def uses_pipeline(self, accelerator: str) -> bool:
+        """``pipeline`` resolved: ``sparse_dist``, ``none``, or ``auto`` = on a GPU run."""
+        if self._pipeline == "auto":
+            return platform.is_gpu_run(accelerator)
+        return self._pipeline == "sparse_dist"
 
     # -- environment -----------------------------------------------------------------------------
     @override
     def setup_environment(self) -> None:
-        # Order matters: bind the device and set the collective env BEFORE the process group
-        # (RCCL/NCCL read their env once, when the first communicator is created).
+        # Order matters: check the rendezvous, bind the device and set the collective env BEFORE
+        # the process group (RCCL/NCCL read their env once, when the first communicator is made).
+        from rocmtrain.comms.rendezvous import check_master, explain_rendezvous
+
+        self._end_with_launcher()
+        env = self.cluster_environment
+        assert env is not None
+        host, port = env.main_address, env.main_port
+        check_master(host, port, is_store_host=self._hosts_store())
         self._bind_local_rank()
         self._apply_rccl_env()
-        super().setup_environment()
+        with explain_rendezvous(
+            host,
+            port,
+            world_size=self.num_nodes * self.num_processes,
+            timeout_s=self._rccl_cfg.init_timeout_seconds,
+        ):
+            super().setup_environment()
+        self._attach_fault_handling()
+
+    def _hosts_store(self) -> bool:
+        """Whether this rank creates the rendezvous TCPStore (a torchrun agent already did)."""
+        return self.global_rank == 0 and "TORCHELASTIC_RUN_ID" not in os.environ
+
+    def _end_with_launcher(self) -> None:
+        """Local ranks that Lightning's script launcher started die with it (no orphans)."""
+        if isinstance(self.cluster_environment, LightningEnvironment) and self.local_rank > 0:
+            if "TORCHELASTIC_RUN_ID" not in os.environ:
+                from rocmtrain.launch.orphans import die_with_parent
+
+                die_with_parent()
 
     def _bind_local_rank(self) -> None:
-        """Integration point: ``rocmtrain.launch.binding.bind_local_rank`` (Slurm area)."""
         from rocmtrain.launch.binding import bind_local_rank
 
         bind_local_rank(
@@ -130,17 +277,94 @@ class TorchRecStrategy(DDPStrategy):
         )
 
     def _apply_rccl_env(self) -> None:
-        """Integration point: ``rocmtrain.comms.rccl.apply_rccl_config`` (RCCL area)."""
-        if self._rccl is None:
-            return
         from rocmtrain.comms.rccl import apply_rccl_config
 
-        apply_rccl_config(self._rccl, run_dir=self._run_dir)
+        try:
+            self._env_changes = apply_rccl_config(self._rccl_cfg, run_dir=self.run_dir)
+        except ValueError as exc:
+            raise ConfigError("rccl", "(environment)", str(exc)) from exc
+
+    @property
+    def run_dir(self) -> Path:
+        """Where this run's reports go: ``run_dir``, else the trainer's ``default_root_dir``."""
+        if self._run_dir is not None:
+            return self._run_dir
+        trainer = self._trainer()
+        return Path(trainer.default_root_dir) if trainer is not None else Path.cwd()
+
+    def _trainer(self) -> pl.Trainer | None:
+        module = self.lightning_module
+        return getattr(module, "_trainer", None) if module is not None else None
+
+    def _attach_fault_handling(self) -> None:
+        """Error hints, watchdog, two-phase timeouts and preemption join the trainer's callbacks,
+        first, so they see every later hook (the user's list stays as it was given)."""
+        from rocmtrain.faults.watchdog import build_callbacks
+
+        trainer = self._trainer()
+        if trainer is None:
+            raise RuntimeError("TorchRecStrategy: no trainer attached to the LightningModule")
+        ours = build_callbacks(self._watchdog_cfg, self._rccl_cfg, self.run_dir)
+        kinds = tuple(type(c) for c in ours)
+        trainer.callbacks[:] = ours + [c for c in trainer.callbacks if not isinstance(c, kinds)]
+
+    # -- collectives: heartbeats name a rank that waits in one ----------------------------------
+    def _beat(self, phase: str) -> None:
+        from rocmtrain.faults.heartbeat import WatchdogCallback
+
+        trainer = self._trainer()
+        for cb in trainer.callbacks if trainer is not None else ():
+            if isinstance(cb, WatchdogCallback) and cb.watchdog is not None:
+                cb.watchdog.beat(phase)
+
+    @override
+    def barrier(self, *args: Any, **kwargs: Any) -> None:
+        self._beat("barrier")
+        super().barrier(*args, **kwargs)
+
+    @override
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        self._beat("broadcast")
+        return super().broadcast(obj, src)
+
+    @override
+    def teardown(self) -> None:
+        self._restore_env()
+        module = self.lightning_module
+        if self.model is not module and module is not None:
+            self.model = module
+        if module is not None and any(p.is_meta for p in module.parameters()):
+            # sharding failed half-way (the error is being raised): nothing to move back to the
+            # CPU, and ``module.cpu()`` on meta tensors would hide the real error
+            self.precision_plugin.teardown()
+            assert self.accelerator is not None
+            self.accelerator.teardown()
+            self.checkpoint_io.teardown()
+            return
+        super().teardown()
+
+    def _restore_env(self) -> None:
+        from rocmtrain.comms.env import apply_env
+
+        if self._env_changes:
+            old = {name: before for name, (before, _) in self._env_changes.items()}
+            apply_env(old, force=True, source="teardown")
+            self._env_changes = {}
 
     # -- model -----------------------------------------------------------------------------------
     @override
     def setup(self, trainer: pl.Trainer) -> None:
         assert self.accelerator is not None and self.model is not None
+        if self._pipeline == "sparse_dist" and not getattr(
+            self.lightning_module, "calls_model_itself", False
+        ):
+            raise ConfigError(
+                "pipeline",
+                "sparse_dist",
+                "the TorchRec train pipeline needs a LightningModule that drives "
+                "strategy.make_train_pipeline() itself (calls_model_itself = True, e.g. "
+                "rocmtrain.models.module.PipelinedDLRMModule); use pipeline='auto' or 'none'",
+            )
         self.accelerator.setup(trainer)
         self.precision_plugin.convert_module(self.model)
         self.model_to_device()
@@ -160,36 +384,101 @@ class TorchRecStrategy(DDPStrategy):
         device = self.root_device
         self.model._apply(lambda t: t if t.is_meta else t.to(device))
 
-    @override
-    def _setup_model(self, model: nn.Module) -> DistributedModelParallel:
-        from torchrec.distributed import DistributedModelParallel
-        from torchrec.distributed.types import ShardingEnv
+    def plan_for(
+        self,
+        model: nn.Module,
+        *,
+        world_size: int,
+        local_world_size: int,
+        compute_device: str,
+        batch_size: int | None = None,
+        pg: dist.ProcessGroup | None = None,
+    ) -> ShardingPlan:
+        """The sharding plan of ``model`` (the dry run prints this same plan). Without ``pg`` the
+        planner runs on a fake topology of ``world_size`` ``compute_device`` devices."""
+        from rocmtrain.strategies.planning import make_plan, sharding_constraints
 
-        from rocmtrain.strategies.planning import (
-            build_sharders,
-            describe_plan,
-            make_plan,
-            sharding_constraints,
-        )
-
-        sharders = build_sharders(self._kernel, fused_params=self._fused_params)
-        pg = dist.group.WORLD
-        assert pg is not None, "process group not initialised: setup_environment must run first"
-        plan = self._plan or make_plan(
+        if self._plan is not None:
+            return self._plan
+        self.check_supported(compute_device)
+        return make_plan(
             model,
-            sharders=sharders,
-            world_size=self.world_size,
-            local_world_size=self.num_processes,
-            compute_device=self.root_device.type,
+            sharders=self._sharders(),
+            world_size=world_size,
+            local_world_size=local_world_size,
+            compute_device=compute_device,
             constraints=sharding_constraints(
                 model,
                 self._sharding_type,
                 per_table=self._per_table_sharding,
                 pooling_factors=self._pooling_factors,
             ),
-            batch_size=self._planner_batch_size or 512,
+            batch_size=batch_size or self._planner_batch_size or _DEFAULT_PLANNER_BATCH,
             hbm_cap_gb=self._hbm_cap_gb,
             ddr_cap_gb=self._ddr_cap_gb,
+            pg=pg,
+        )
+
+    def _sharders(self) -> list[Any]:
+        from rocmtrain.strategies.planning import build_sharders
+
+        if self._sharder_list is None:
+            self._sharder_list = build_sharders(self._kernel, fused_params=self._fused_params)
+        return self._sharder_list
+
+    def check_supported(self, compute_device: str) -> None:
+        """Raise :class:`~rocmtrain.strategies.planning.PlanError` before anything starts when
+        the sharders cannot shard the tables as configured on ``compute_device``."""
+        from rocmtrain.strategies.planning import check_sharding_supported
+
+        check_sharding_supported(
+            self._sharders(),
+            self._sharding_type,
+            per_table=self._per_table_sharding,
+            compute_device=compute_device,
+            kernel=self._kernel,
+        )
+
+    def _batch_size(self) -> int:
+        """The planner's per-rank batch: the argument, else the datamodule's ``batch_size``."""
+        if self._planner_batch_size is not None:
+            return self._planner_batch_size
+        trainer = self._trainer()
+        dm = getattr(trainer, "datamodule", None)
+        for source in (dm, getattr(dm, "hparams", None), self.lightning_module):
+            value = getattr(source, "batch_size", None) if source is not None else None
+            if isinstance(value, int) and value > 0:
+                return value
+        log.warning(
+            "TorchRecStrategy: no planner_batch_size given and the datamodule has no batch_size "
+            "attribute: the planner costs a batch of %d; pass "
+            "TorchRecStrategy(planner_batch_size=<per-rank batch>)",
+            _DEFAULT_PLANNER_BATCH,
+        )
+        return _DEFAULT_PLANNER_BATCH
+
+    def _data_parallel_wrapper(self) -> Any:
+        from torchrec.distributed.model_parallel import DefaultDataParallelWrapper
+
+        kwargs = dict(self._dmp_ddp_kwargs)
+        direct = {k: kwargs.pop(k) for k in _DDP_WRAPPER_KEYS if k in kwargs}
+        return DefaultDataParallelWrapper(**direct, ddp_kwargs=kwargs or None)
+
+    @override
+    def _setup_model(self, model: nn.Module) -> DistributedModelParallel:
+        from torchrec.distributed import DistributedModelParallel
+        from torchrec.distributed.types import ShardingEnv
+
+        from rocmtrain.strategies.planning import describe_plan
+
+        pg = dist.group.WORLD
+        assert pg is not None, "process group not initialised: setup_environment must run first"
+        plan = self.plan_for(
+            model,
+            world_size=self.world_size,
+            local_world_size=self.num_processes,
+            compute_device=self.root_device.type,
+            batch_size=self._batch_size(),
             pg=pg,
         )
         if self.global_rank == 0:
@@ -200,7 +489,8 @@ class TorchRecStrategy(DDPStrategy):
             env=ShardingEnv.from_process_group(pg),
             device=self.root_device,
             plan=plan,
-            sharders=sharders,
+            sharders=self._sharders(),
+            data_parallel_wrapper=self._data_parallel_wrapper(),
         )
         return self._dmp
 
@@ -240,21 +530,6 @@ class TorchRecStrategy(DDPStrategy):
         from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
         return TrainPipelineSparseDist(self.dmp, optimizer, self.root_device)
-
-    @override
-    def teardown(self) -> None:
-        module = self.lightning_module
-        if self.model is not module and module is not None:
-            self.model = module
-        if module is not None and any(p.is_meta for p in module.parameters()):
-            # sharding failed half-way (the error is being raised): nothing to move back to the
-            # CPU, and ``module.cpu()`` on meta tensors would hide the real error
-            self.precision_plugin.teardown()
-            assert self.accelerator is not None
-            self.accelerator.teardown()
-            self.checkpoint_io.teardown()
-            return
-        super().teardown()
 
     # -- checkpoints -----------------------------------------------------------------------------
     @property

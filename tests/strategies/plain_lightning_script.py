@@ -1,15 +1,18 @@
 """A plain Lightning script (no Hydra, no rocmtrain config) that swaps in rocmtrain's TorchRec
 strategy by name. Run by test_strategy_plain_lightning.py as a real 2-process job:
 
-    python plain_lightning_script.py OUT.json [strategy-name]
+    python plain_lightning_script.py OUT.json [strategy-name | object] [stall]
 
-Lightning starts rank 1 by re-running this script (its subprocess launcher), like ``ddp``.
+``object`` passes ``TorchRecStrategy(sharding_type="table_wise", watchdog={"hang_timeout_seconds":
+15})`` instead of a name; ``stall`` makes rank 1 stop making progress inside ``training_step`` at
+step 3. Lightning starts rank 1 by re-running this script (its subprocess launcher), like ``ddp``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 
 import pytorch_lightning as pl
 import torch
@@ -19,7 +22,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-import rocmtrain  # noqa: F401  (registers the "torchrec*" strategy names)
+import rocmtrain  # registers the "torchrec*" strategy names
 
 F, ROWS, D = 4, 64, 8
 
@@ -27,8 +30,9 @@ F, ROWS, D = 4, 64, 8
 class TinyRec(pl.LightningModule):
     """Any LightningModule holding an EmbeddingBagCollection (tables on the meta device)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stall: bool = False) -> None:
         super().__init__()
+        self.stall = stall
         tables = [
             EmbeddingBagConfig(
                 name=f"t{i}", embedding_dim=D, num_embeddings=ROWS, feature_names=[f"f{i}"]
@@ -41,6 +45,9 @@ class TinyRec(pl.LightningModule):
         self.losses: list[float] = []
 
     def training_step(self, batch, batch_idx):
+        if self.stall and self.global_rank == 1 and self.global_step == 3:
+            print("rank 1 stalls in training_step", file=sys.stderr, flush=True)
+            time.sleep(600)
         ids, y = batch
         kjt = KeyedJaggedTensor.from_lengths_sync(
             keys=[f"f{i}" for i in range(F)],
@@ -58,14 +65,20 @@ class TinyRec(pl.LightningModule):
 
 def main() -> None:
     out, name = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "torchrec_table_wise")
+    stall = "stall" in sys.argv[3:]
+    strategy: object = name
+    if name == "object":
+        strategy = rocmtrain.TorchRecStrategy(
+            sharding_type="table_wise", watchdog={"hang_timeout_seconds": 15}
+        )
     pl.seed_everything(0, verbose=False)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, ROWS, (2048, F), generator=g)
     y = (ids[:, 0] < ROWS // 2).float()  # the label is a function of feature f0's id
     loader = DataLoader(TensorDataset(ids, y), batch_size=64, shuffle=False)
-    model = TinyRec()
+    model = TinyRec(stall=stall)
     trainer = pl.Trainer(
-        strategy=name,
+        strategy=strategy,
         accelerator="cpu",
         devices=2,
         max_epochs=2,

@@ -1,11 +1,14 @@
-"""A plain Lightning script selects ``strategy="torchrec_table_wise"`` by name and trains on 2
-real gloo ranks (Lightning's own launcher re-runs the script for rank 1)."""
+"""A plain Lightning script swaps in rocmtrain's strategy (by name, or as an object) and trains on 2
+real gloo ranks (Lightning's own launcher re-runs the script for rank 1): it gets the sharding and
+everything the CLI gets (environment guard, hang watchdog, exit 75)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,16 +17,28 @@ pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).with_name("plain_lightning_script.py")
 
 
-def test_plain_lightning_script_uses_strategy_by_name(tmp_path):
-    out = tmp_path / "result.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(out), "torchrec_table_wise"],
+def _run(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RCCL_PROTO": "LL"}  # folklore knob: must be warned about, never read
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path / "result.json"), *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
+        env=env,
     )
+
+
+def _warned_fake_knob(stderr: str) -> bool:
+    return any("RCCL_PROTO" in line and "NCCL_PROTO" in line for line in stderr.splitlines())
+
+
+@pytest.mark.parametrize("strategy", ["torchrec_table_wise", "object"])
+def test_plain_lightning_script_swaps_the_strategy_in(tmp_path, strategy):
+    out = tmp_path / "result.json"
+    proc = _run(tmp_path, strategy)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _warned_fake_knob(proc.stderr), proc.stderr[-3000:]
     ranks = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(2)]
     for r, res in enumerate(ranks):
         assert res["rank"] == r and res["world_size"] == 2
@@ -37,3 +52,16 @@ def test_plain_lightning_script_uses_strategy_by_name(tmp_path):
         assert len(losses) == 2 * 2048 // 64 // 2  # 2 epochs, each rank gets half the batches
         # the label is a function of f0's id: the sharded embedding must learn it
         assert sum(losses[-4:]) / 4 < 0.5 * sum(losses[:4]) / 4, losses
+
+
+def test_plain_lightning_script_names_the_stuck_rank_and_exits_75(tmp_path):
+    start = time.monotonic()
+    proc = _run(tmp_path, "object", "stall", timeout=240)
+    took = time.monotonic() - start
+    assert proc.returncode == 75, proc.stderr[-3000:]
+    report = (tmp_path / "hang_report.txt").read_text()
+    assert "stuck rank(s): [1]" in report, report
+    assert "stuck rank(s): [1]" in proc.stderr
+    # start-up (imports, 2 ranks, gloo, planner) + 15 s hang timeout + report, on a loaded 2-core box
+    assert took < 150, took
+    assert _warned_fake_knob(proc.stderr)
