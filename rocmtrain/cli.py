@@ -98,6 +98,11 @@ def hydra_main(argv: list[str]) -> int:
     arm_early()  # a preemption signal during start-up: requeue exit, not a killed rank
     register_configs()
     argv = _pin_run_dir(list(argv))
+    problem = _unwritable_run_dir(argv)
+    if problem:
+        print(f"rocmtrain: error: {problem}", file=sys.stderr)
+        disarm_early(())
+        return exit_codes.USAGE
     result: dict[str, int] = {}
 
     @hydra.main(version_base="1.3", config_path=str(configs_dir()), config_name=PRIMARY_CONFIG)
@@ -124,6 +129,34 @@ def hydra_main(argv: list[str]) -> int:
         sys.argv = saved
         disarm_early(())  # still held (dry run, submit, compose error): default action back
     return result.get("code", exit_codes.OK)
+
+
+def _unwritable_run_dir(argv: list[str]) -> str | None:
+    """Hydra creates ``run_dir`` before the job starts (a traceback when it cannot): check the
+    composed ``run_dir`` first. None when it is writable or the command does not compose (Hydra
+    then reports that itself)."""
+    if any(a.startswith("-") for a in argv):
+        return None
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    try:
+        with initialize_config_dir(config_dir=str(configs_dir()), version_base="1.3"):
+            cfg = compose(PRIMARY_CONFIG, overrides=argv)
+        path = Path(str(OmegaConf.select(cfg, "run_dir"))).absolute()
+    except Exception:  # noqa: BLE001 - the real run reports compose errors with Hydra's message
+        return None
+    try:  # the real test, also as root (os.access says yes to root on a read-only /proc)
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        return (
+            f"run_dir={str(path)!r} is not writable ({exc.strerror}); choose a writable folder "
+            "(run_dir=/path/to/runs/name)"
+        )
+    return None
 
 
 def run(cfg: Any) -> int:

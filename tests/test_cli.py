@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 RECIPES = sorted(p.stem for p in (REPO / "recipes").glob("*.yaml"))
 
 
@@ -133,7 +133,12 @@ def cli_runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
     tmp = tmp_path_factory.mktemp("cli")
     jobs = {f"dry:{r}": [f"recipe={r}", "dry_run=true", f"run_dir={tmp}/{r}"] for r in DRY}
     jobs["cfg_job"] = ["recipe=dlrm_mi250", "--cfg", "job"]
-    jobs |= {f"bad:{c}": [*args, f"run_dir={tmp}/{c}"] for c, (args, _) in BAD.items()}
+    jobs |= {
+        f"bad:{c}": [*args]
+        if any(a.startswith("run_dir=") for a in args)
+        else [*args, f"run_dir={tmp}/{c}"]
+        for c, (args, _) in BAD.items()
+    }
     runs = run_many(list(jobs.values()), cwd=tmp)
     return {"tmp": tmp, **dict(zip(jobs, runs, strict=True))}
 
@@ -164,8 +169,7 @@ def test_dry_run_subprocess(recipe, cli_runs):
     p, tmp = cli_runs[f"dry:{recipe}"], cli_runs["tmp"]
     assert p.returncode == 0, p.stderr[-3000:]
     check_dry_run(recipe, p.stdout)
-    assert f"run dir: {tmp}/{recipe}" in p.stderr
-    assert not (tmp / recipe / "checkpoints").exists()  # nothing trained
+    assert not (tmp / recipe).exists()  # nothing trained, nothing left behind
     if recipe == "dlrm_cpu":  # table-wise over both ranks
         rows = [ln.split() for ln in p.stdout.splitlines() if ln.strip().startswith("t_cat_")]
         assert {row[4] for row in rows} == {"[0]", "[1]"}
@@ -210,6 +214,17 @@ BAD = {
         ["recipe=dlrm_mi300"],
         ["dlrm_mi300", "needs 8 GPU(s)", "python -m rocmtrain recipe=dlrm_cpu"],
     ),
+    # Hydra's "+key" adds a key the typed schema does not have: rejected like a misspelled key
+    "unknown_plus_key": (["+trainer.max_epoch=1"], ["trainer.max_epoch", "trainer.max_epochs"]),
+    # the README's row-wise example on CPU: TorchRec's FBGEMM sharder has no CPU row-wise
+    "row_wise_on_cpu": (
+        ["trainer.max_epochs=1", "data.batch_size=128", "strategy.sharding_type=row_wise"],
+        ["strategy.sharding_type=row_wise", "on cpu", "kernel=torch"],
+    ),
+    "unwritable_run_dir": (
+        ["run_dir=/proc/rocmtrain/x"],
+        ["run_dir='/proc/rocmtrain/x'", "writable"],
+    ),
     # rocmtrain's kernels have no full Adagrad (dlrm_small's default, fine with fbgemm)
     "kernel_optimizer_unsupported": (
         ["kernel=torch"],
@@ -227,6 +242,7 @@ def test_bad_input_is_one_clear_error(case, cli_runs):
     assert "Traceback" not in text, text[-3000:]
     for needle in BAD[case][1]:
         assert needle in text, (needle, text[-3000:])
+    assert not (cli_runs["tmp"] / case).exists()  # a rejected command leaves no run dir
 
 
 @pytest.mark.slow
@@ -257,3 +273,47 @@ def test_bad_values_fail_validation_naming_field_and_fix(override):
     with pytest.raises(ConfigError) as err:
         validate_run_config(compose("dlrm_cpu", override))
     assert field in str(err.value) and fix in str(err.value), str(err.value)
+
+
+def test_dry_run_runs_the_environment_checks_of_a_real_run(monkeypatch, capsys):
+    """The dry run rejects the values a real run rejects and shows the same warnings."""
+    from rocmtrain.cli import print_plan
+    from rocmtrain.config import ConfigError
+
+    monkeypatch.setenv("RCCL_PROTO", "LL")
+    print_plan(compose("dlrm_cpu"), [])
+    warned = [ln for ln in capsys.readouterr().out.splitlines() if "RCCL_PROTO" in ln]
+    assert warned and "NCCL_PROTO" in warned[0], warned
+    monkeypatch.setenv("NCCL_PROTO", "LL9")
+    with pytest.raises(ConfigError, match="NCCL_PROTO='LL9'"):
+        print_plan(compose("dlrm_cpu"), [])
+
+
+def test_every_group_option_composes():
+    """Each file of every configs/ group composes into the typed schema and validates."""
+    from rocmtrain.config.schema import validate_run_config
+
+    for group_dir in sorted(p for p in (REPO / "configs").iterdir() if p.is_dir()):
+        for option in sorted(group_dir.glob("*.yaml")):
+            overrides = [f"{group_dir.name}={option.stem}"]
+            if group_dir.name == "data" and option.stem != "synthetic":
+                overrides.append("data.path=/data/criteo")  # a path is all those options need
+            cfg = compose("dlrm_cpu", *overrides)
+            validate_run_config(cfg)
+
+
+def test_unknown_keys_in_a_typed_group_are_rejected():
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from rocmtrain.cli import reject_unknown_keys
+    from rocmtrain.config import ConfigError
+    from rocmtrain.config.schema import configs_dir, register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(configs_dir()), version_base="1.3"):
+        ok = hydra_compose("rocmtrain", overrides=["+strategy.per_table_sharding.t_cat_0=row_wise"])
+        bad = hydra_compose("rocmtrain", overrides=["+precision.atomics=fp32"])
+    reject_unknown_keys(ok)  # a dict field takes new keys
+    with pytest.raises(ConfigError, match="precision.atomics"):
+        reject_unknown_keys(bad)

@@ -1,4 +1,4 @@
-"""Precision schema (owner: precision): Lightning precision mode plus accumulator/BLAS/atomics policy.
+"""Precision schema: Lightning precision mode plus accumulator and BLAS policy.
 
 Composed into the root config as ``cfg.precision`` from the Hydra group ``configs/precision/``
 (``precision=fp32|bf16|fp16``); any field can be overridden, e.g.
@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 MODES = ("32", "bf16-mixed", "16-mixed")
 SUBMODULE_PRECISIONS = ("fp32", "autocast")
 BLAS_BACKENDS = ("default", "hipblaslt", "hipblas", "cublaslt", "cublas")
-ATOMICS_POLICIES = ("auto", "fp32", "native")
 MATMUL_PRECISIONS = ("highest", "high", "medium")
 FP16_ALT_IMPL = ("default", "on", "off")
 NONFINITE_ACTIONS = ("log", "skip_step", "raise")
@@ -152,7 +151,7 @@ class GradHealthConfig:
 
 @dataclass
 class PrecisionConfig:
-    """Numerics of a run: Lightning precision mode plus accumulator/BLAS/atomics policy."""
+    """Numerics of a run: Lightning precision mode plus accumulator and BLAS policy."""
 
     mode: str = "32"
     """Lightning precision: ``"32"``, ``"bf16-mixed"`` or ``"16-mixed"`` (``fp32``/``bf16``/``fp16``
@@ -171,9 +170,6 @@ class PrecisionConfig:
     blas_backend: str = "default"
     """Preferred BLAS: ``hipblaslt``/``hipblas`` (ROCm) or ``cublaslt``/``cublas`` (CUDA); names are
     aliases in PyTorch. ``default`` leaves PyTorch's choice (hipBLASLt on gfx90a/gfx942)."""
-    atomics: str = "auto"
-    """Scatter/index-add accumulation for fp16/bf16: ``auto``/``fp32`` accumulate in fp32 and cast once;
-    ``native`` accumulates in the tensor's dtype (stalls: bf16 1.0+1.0+... stops at 256)."""
     tunableop: TunableOpConfig = field(default_factory=TunableOpConfig)
     """GEMM autotuning workflow."""
     loss_scaling: LossScalingConfig = field(default_factory=LossScalingConfig)
@@ -196,7 +192,6 @@ class PrecisionConfig:
         self.mode = _MODE_ALIASES[mode]
         _check("matmul_precision", self.matmul_precision, MATMUL_PRECISIONS)
         _check("blas_backend", self.blas_backend, BLAS_BACKENDS)
-        _check("atomics", self.atomics, ATOMICS_POLICIES)
         _check("fp16_alt_impl", self.fp16_alt_impl, FP16_ALT_IMPL)
         if self.matmul_precision != "highest" and not self.allow_xf32:
             raise ValueError(

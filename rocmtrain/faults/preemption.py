@@ -25,7 +25,9 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -45,14 +47,36 @@ _EARLY: dict[str, Any] = {"signal": None, "armed": ()}
 EARLY_SIGNALS = ("SIGTERM", "SIGUSR1")
 
 
+#: a signal held during start-up still ends the run this soon if training has not taken it over
+EARLY_GRACE_SECONDS = 25.0
+
+
 def _early_handler(signum: int, frame: FrameType | None) -> None:
     if _EARLY["signal"] is None:
         _EARLY["signal"] = signum
         os.write(
             2,
             f"rocmtrain: got {signal.Signals(signum).name} before training started; checkpoint "
-            "and requeue exit after the first step\n".encode(),
+            f"and requeue exit after the first step (or exit within {EARLY_GRACE_SECONDS:.0f} s "
+            "if training does not start)\n".encode(),
         )
+        threading.Thread(target=_grace_exit, args=(signum,), daemon=True).start()
+
+
+def _grace_exit(signum: int) -> None:
+    """A start-up that never reaches training (peers that never arrive) must not swallow the
+    signal: end the process the way the signal would have (128 + N) once the grace is over."""
+    deadline = time.monotonic() + EARLY_GRACE_SECONDS
+    while time.monotonic() < deadline:
+        if _EARLY["signal"] != signum:  # training took it over, or it was given back
+            return
+        time.sleep(0.2)
+    os.write(
+        2,
+        f"rocmtrain: {signal.Signals(signum).name} held for {EARLY_GRACE_SECONDS:.0f} s and "
+        "training has not started: exiting without a checkpoint\n".encode(),
+    )
+    os._exit(128 + signum)
 
 
 def arm_early(names: tuple[str, ...] = EARLY_SIGNALS) -> None:
@@ -113,11 +137,23 @@ def save_preemption_checkpoint(trainer: pl.Trainer, run_dir: Path) -> Path:
     return Path(ckpt.save(trainer, None if has_root else run_dir / "checkpoints"))
 
 
+_INTERRUPT, _PREEMPT = 1, 2
+
+#: exit code of a run stopped by Ctrl-C after its checkpoint (the shell's 128 + SIGINT)
+INTERRUPTED = 128 + signal.SIGINT
+
+
 class PreemptionCallback(pl.Callback):
-    """SIGTERM/SIGUSR1 → agree on a step → checkpoint → ``SystemExit(exit_code)``."""
+    """SIGTERM/SIGUSR1 → agree on a step → checkpoint → ``SystemExit(exit_code)``.
+
+    Ctrl-C (SIGINT, sent to every rank of a terminal's process group) takes the same path and
+    exits 130 after "interrupted at step N"; a second Ctrl-C interrupts at once.
+    """
 
     def __init__(self, cfg: WatchdogConfig, run_dir: Path) -> None:
         self._signals = [getattr(signal, name) for name in cfg.preemption_signals]
+        if signal.SIGINT not in self._signals:
+            self._signals.append(signal.SIGINT)
         self._every = cfg.preemption_check_every_n_steps
         self._exit_code = cfg.exit_code
         self._run_dir = Path(run_dir)
@@ -127,7 +163,9 @@ class PreemptionCallback(pl.Callback):
         self.checkpoint_path: Path | None = None
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
-        if self.received is None:
+        if signum == signal.SIGINT:  # the next Ctrl-C is a plain KeyboardInterrupt again
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if self.received is None or self.received == signal.SIGINT:
             self.received = signum
             # no logging in a signal handler (it may interrupt a logging call); a raw write is safe
             os.write(
@@ -154,30 +192,48 @@ class PreemptionCallback(pl.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        if trainer.global_step % self._every or not self._agree(trainer):
+        if trainer.global_step % self._every:
+            return
+        verdict = self._agree(trainer)
+        if not verdict:
             return
         self.checkpoint_path = save_preemption_checkpoint(trainer, self._run_dir)
-        name = signal.Signals(self.received).name if self.received else "a peer's signal"
-        log.warning(
-            "preemption (%s): checkpoint at step %d in %s; exiting %d for requeue",
-            name,
-            trainer.global_step,
-            self.checkpoint_path,
-            self._exit_code,
-        )
+        code = self._exit_code if verdict == _PREEMPT else INTERRUPTED
+        if verdict == _PREEMPT:
+            name = signal.Signals(self.received).name if self.received else "a peer's signal"
+            log.warning(
+                "preemption (%s): checkpoint at step %d in %s; exiting %d for requeue",
+                name,
+                trainer.global_step,
+                self.checkpoint_path,
+                code,
+            )
+        elif trainer.is_global_zero:
+            print(
+                f"rocmtrain: interrupted at step {trainer.global_step}; checkpoint: "
+                f"{self.checkpoint_path} (the next run with this run_dir resumes from it)",
+                file=sys.stderr,
+                flush=True,
+            )
         # Lightning logs this step's metrics only after every on_train_batch_end hook; log them now
         # so the run's metrics end with the step the checkpoint contains (private API, best effort)
         with contextlib.suppress(Exception):
             trainer._logger_connector.update_train_step_metrics()
-        raise SystemExit(self._exit_code)
+        raise SystemExit(code)
 
-    def _agree(self, trainer: pl.Trainer) -> bool:
-        flag = self.received is not None
+    def _agree(self, trainer: pl.Trainer) -> int:
+        """0 = go on, :data:`_INTERRUPT` = every signalled rank got Ctrl-C only, :data:`_PREEMPT`
+        = some rank must requeue; the same answer on every rank (MAX all-reduce)."""
+        mine = (
+            0
+            if self.received is None
+            else (_INTERRUPT if self.received == signal.SIGINT else _PREEMPT)
+        )
         if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
-            t = torch.tensor([int(flag)], dtype=torch.int32, device=trainer.strategy.root_device)
+            t = torch.tensor([mine], dtype=torch.int32, device=trainer.strategy.root_device)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            return bool(t.item())
-        return flag
+            return int(t.item())
+        return mine
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if threading.current_thread() is threading.main_thread():

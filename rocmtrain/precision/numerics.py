@@ -13,7 +13,6 @@ What it sets (each line says whether it has an effect on this platform):
 - ``allow_fp16/bf16_reduced_precision_reduction``: off by default (fp32 accumulation); reported as
   "unsupported on ROCm" there (AMD's compatibility page), "CUDA only" on CPU.
 - ``preferred_blas_library``: hipblaslt/hipblas/cublaslt/cublas (aliases) on a GPU.
-- the default policy of :mod:`rocmtrain.precision.atomics` (``precision.atomics``).
 - TunableOp: ``PYTORCH_TUNABLEOP_*`` env (through ``apply_env``) and ``torch.cuda.tunable``
   where it works; one results file per arch and device in ``<run_dir>/tunableop``.
 - ``ROCBLAS_INTERNAL_FP16_ALT_IMPL`` / ``MIOPEN_DEBUG_CONVOLUTION_ATTRIB_FP16_ALT_IMPL`` for
@@ -94,7 +93,6 @@ class NumericsSession:
         self._matmul(caps, backend)
         self._reduction(caps, backend)
         self._blas(backend)
-        self._atomics()
         self._tunableop(caps, backend)
         self._alt_impl(caps)
         return self.report
@@ -185,21 +183,6 @@ class NumericsSession:
             return str(torch.backends.cuda.preferred_blas_library()).rsplit(".", 1)[-1].lower()
 
         self._set("preferred_blas_library", _get, torch.backends.cuda.preferred_blas_library, name)
-
-    def _atomics(self) -> None:
-        policy = self._cfg.atomics
-        note = {
-            "auto": "fp16/bf16 scatter/index-add accumulate in fp32, cast once",
-            "fp32": "fp16/bf16 scatter/index-add accumulate in fp32, cast once",
-            "native": "fp16/bf16 scatter/index-add accumulate in 16 bits: precision loss (bf16 stalls at 256)",
-        }[policy]
-        self._set(
-            "atomics.default_policy", state._atomics_policy, state._set_atomics_policy, policy, note
-        )
-        if policy == "native":
-            self._line(
-                "precision.atomics=native is unsafe for accumulation; prefer auto", warn=True
-            )
 
     def _tunableop(self, caps: ArchCapabilities, backend: str) -> None:
         tcfg = self._cfg.tunableop

@@ -10,16 +10,14 @@ Covered: ``torch.get_float32_matmul_precision()``, ``torch.backends.cuda.matmul.
 ``allow_fp16_accumulation``, ``torch.backends.cudnn.allow_tf32``, the ``fp32_precision`` attributes of
 PyTorch >= 2.9 (``torch.backends``, ``.cuda.matmul``, ``.cudnn``, ``.cudnn.conv``, ``.cudnn.rnn``,
 ``.mkldnn``, ``.mkldnn.matmul``...), ``preferred_blas_library`` (GPU builds), TunableOp's
-enabled/tuning/filename (where ``torch.cuda.tunable`` works), rocmtrain's default atomics policy and
+enabled/tuning/filename (where ``torch.cuda.tunable`` works) and
 the env vars in :data:`ENV_VARS`.
 Env vars are restored through :func:`rocmtrain.comms.env.apply_env` (the one env writer).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -88,23 +86,9 @@ def _tunable() -> Any | None:
         return None
 
 
-_ATOMICS = "rocmtrain.precision.atomics"
-
-
-def _atomics_policy() -> str:
-    """Default atomics policy; "auto" while the atomics module (and Triton) is not imported yet."""
-    mod = sys.modules.get(_ATOMICS)
-    return mod.get_default_policy() if mod is not None else "auto"
-
-
-def _set_atomics_policy(policy: str) -> None:
-    importlib.import_module(_ATOMICS).set_default_policy(policy)
-
-
 def snapshot() -> dict[str, Any]:
     """All covered settings as a flat, comparable dict."""
     snap: dict[str, Any] = {"float32_matmul_precision": torch.get_float32_matmul_precision()}
-    snap["atomics.default_policy"] = _atomics_policy()
     for flag in _MATMUL_FLAGS:
         try:
             snap[f"cuda.matmul.{flag}"] = getattr(torch.backends.cuda.matmul, flag)
@@ -135,7 +119,6 @@ def _setters() -> list[tuple[str, Callable[[Any], None]]]:
     setters.append(("cudnn.allow_tf32", lambda v: setattr(torch.backends.cudnn, "allow_tf32", v)))
     for name, obj in _fp32_precision_objects().items():
         setters.append((f"{name}.fp32_precision", lambda v, o=obj: setattr(o, "fp32_precision", v)))
-    setters.append(("atomics.default_policy", _set_atomics_policy))
     setters.append(
         ("preferred_blas_library", lambda v: torch.backends.cuda.preferred_blas_library(v))
     )

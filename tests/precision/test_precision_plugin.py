@@ -95,8 +95,8 @@ def test_config_validation_names_field_and_fix():
         PrecisionConfig(policy={"interaction": "fp8"})
     with pytest.raises(ValueError, match="allow_xf32=true"):
         PrecisionConfig(matmul_precision="high")
-    with pytest.raises(ValueError, match=r"precision\.atomics='fast'"):
-        PrecisionConfig(atomics="fast")
+    with pytest.raises(TypeError, match="atomics"):  # no such knob: nothing in training read it
+        PrecisionConfig(atomics="fp32")
     with pytest.raises(ValueError, match="growth_interval"):
         PrecisionConfig(loss_scaling={"growth_interval": 0})
     assert PrecisionConfig(tunableop={"enabled": True}).tunableop.enabled
@@ -112,7 +112,7 @@ def test_hydra_group_files_compose_into_the_schema(name, mode):
     )
     cfg = OmegaConf.to_object(merged)
     assert isinstance(cfg, PrecisionConfig) and cfg.mode == mode
-    assert cfg.matmul_precision == "highest" and not cfg.allow_xf32 and cfg.atomics == "auto"
+    assert cfg.matmul_precision == "highest" and not cfg.allow_xf32
     plugin = build_precision_plugin(cfg)
     assert isinstance(plugin, RocmtrainPrecision if mode == "32" else RocmtrainMixedPrecision)
 
@@ -262,15 +262,3 @@ def test_restore_keep_leaves_named_settings(monkeypatch):
     assert state.snapshot() == before
 
 
-def test_atomics_policy_from_config_is_the_run_default_and_restored():
-    from rocmtrain.precision import atomics
-
-    before = state.snapshot()
-    ones, idx = torch.ones(1000, dtype=torch.bfloat16), torch.zeros(1000, dtype=torch.long)
-    session = NumericsSession(PrecisionConfig(atomics="native"))
-    report = "\n".join(session.apply())
-    assert "atomics.default_policy: auto -> native" in report and "prefer auto" in report
-    assert float(atomics.index_add(torch.zeros(1, dtype=torch.bfloat16), idx, ones)) == 256.0
-    session.restore()
-    assert atomics.get_default_policy() == "auto" and state.snapshot() == before
-    assert float(atomics.index_add(torch.zeros(1, dtype=torch.bfloat16), idx, ones)) == 1000.0
