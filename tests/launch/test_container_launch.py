@@ -261,3 +261,34 @@ def test_dry_run_cli_prints_the_apptainer_line(tmp_path: Path) -> None:
         "/shared/rocmtrain.sif python -m rocmtrain recipe=dlrm_mi300 "
     ) in srun
     assert "container: apptainer image '/shared/rocmtrain.sif'" in proc.stdout
+
+
+def test_example_cluster_config_composes_to_the_apptainer_line(tmp_path: Path) -> None:
+    """configs/cluster/mi300x_apptainer.yaml + an image: each rank is `apptainer exec --rocm`."""
+    from hydra import compose, initialize_config_dir
+
+    from rocmtrain.config.schema import configs_dir, register_configs, to_run_config
+
+    register_configs()
+    overrides = [
+        "recipe=dlrm_mi300",
+        "cluster=mi300x_apptainer",
+        "cluster.container.image=/shared/rocmtrain.sif",
+        "run_dir=r",
+    ]
+    with initialize_config_dir(config_dir=str(configs_dir()), version_base="1.3"):
+        cfg = to_run_config(compose("rocmtrain", overrides=overrides))
+    cfg.cluster.validate()
+    argv = _rank_argv(_srun_argv(render(build_spec(cfg, [], workdir=tmp_path)).srun_line, tmp_path))
+    base = str(tmp_path.resolve())
+    assert argv[:8] == [
+        "apptainer",
+        "exec",
+        "--rocm",
+        "--bind",
+        base,
+        "--pwd",
+        base,
+        "/shared/rocmtrain.sif",
+    ]
+    assert argv[8:11] == ["python", "-m", "rocmtrain"]
