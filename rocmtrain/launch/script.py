@@ -101,11 +101,16 @@ def apptainer_argv(c: ContainerSpec) -> list[str]:
     return [*argv, c.image]
 
 
+def _pyxis_mount(mount: str) -> str:
+    # pyxis wants SRC:DST[:FLAGS]; a bare path is mounted at the same path
+    return mount if ":" in mount else f"{mount}:{mount}"
+
+
 def pyxis_srun_args(c: ContainerSpec) -> list[str]:
     """pyxis's srun options: image, mounts (one ','-joined list), working directory."""
     args = [f"--container-image={c.image}"]
     if c.mounts:
-        args.append("--container-mounts=" + ",".join(c.mounts))
+        args.append("--container-mounts=" + ",".join(_pyxis_mount(m) for m in c.mounts))
     if c.workdir:
         args.append(f"--container-workdir={c.workdir}")
     return args

@@ -103,7 +103,7 @@ def test_pyxis_options_quoted_and_exact(tmp_path: Path) -> None:
         "--kill-on-bad-exit=1",
         "--label",
         f"--container-image={image}",
-        f"--container-mounts={base},{mount}",
+        f"--container-mounts={base}:{base},{mount}",
         f"--container-workdir={base}",
     ]
     assert _rank_argv(argv) == [

@@ -87,8 +87,9 @@ for a in argv[:first]:
     opt, _, value = a.partition("=")
     if opt == "--container-mounts":
         for m in value.split(","):
-            if not os.path.exists(m.split(":")[0]):
-                sys.exit(f"pyxis stand-in: mount source {{m!r}} does not exist")
+            src, _, dst = m.partition(":")
+            if not os.path.exists(src) or not dst.startswith("/"):
+                sys.exit(f"pyxis stand-in: mount {{m!r}} is not SRC:DST[:FLAGS] with SRC present")
     elif opt == "--container-workdir":
         rest.append(f"--chdir={{value}}")
     elif opt.startswith("--container-") and opt != "--container-image":
@@ -193,7 +194,7 @@ def test_pyxis_job_srun_gets_the_container_options(slurm_cluster, tmp_path: Path
     assert srun_argv[: srun_argv.index("bash")] == [
         "--kill-on-bad-exit=1",
         f"--container-image={image}",
-        f"--container-mounts={base},{mount}",
+        f"--container-mounts={base}:{base},{mount}",
         f"--container-workdir={base}",
     ]
     rank_command = [
