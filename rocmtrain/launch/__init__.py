@@ -86,11 +86,10 @@ def _print_dry_run(spec: Any) -> int:
 
     job = render(spec)
     c = spec.container
-    where = (
-        f"container: {c.runtime} image {c.image!r}, mounts {list(c.mounts)}, gpu {c.gpu}\n"
-        if c is not None
-        else ""
-    )
+    where = ""
+    if c is not None:
+        gpu = f"apptainer gpu flag: {c.gpu}" if c.runtime == "apptainer" else "GPUs from Slurm"
+        where = f"container: {c.runtime} image {c.image!r}, mounts {list(c.mounts)}, {gpu}\n"
     print(
         "rocmtrain dry run (cluster=slurm): this batch script would be submitted with sbatch:\n"
         "----- 8< -----\n"
