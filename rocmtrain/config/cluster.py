@@ -10,6 +10,8 @@ Options are named like ``sbatch``'s long options with underscores (``--ntasks-pe
 job shape: ``nodes`` defaults to ``trainer.num_nodes`` and ``ntasks_per_node`` to
 ``trainer.devices`` (one rank per GPU), and the job's command line gets both trainer values set
 to what Slurm allocates, so Lightning's ``SLURMEnvironment`` agrees with the allocation.
+``cluster.container`` runs every rank inside a pinned image (Apptainer or enroot/pyxis), e.g.
+``cluster.container.runtime=apptainer cluster.container.image=/shared/rocmtrain.sif``.
 See ``rocmtrain/launch/LAUNCH.md``.
 """
 
@@ -21,6 +23,11 @@ from dataclasses import dataclass, field
 from rocmtrain.config import ConfigError, check_choice
 
 KINDS = ("local", "slurm")
+RUNTIMES = ("none", "apptainer", "pyxis")
+CONTAINER_GPUS = ("auto", "rocm", "nvidia", "none")
+#: recipe-name words that mean NVIDIA GPUs (``container.gpu=auto``); every other GPU recipe is
+#: taken as AMD Instinct, what rocmtrain targets
+NVIDIA_RECIPE_WORDS = ("h100", "h200", "a100", "b200", "gb200", "cuda", "nvidia")
 #: sbatch's accepted --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or UNLIMITED/INFINITE
 _TIME = re.compile(
     r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
@@ -33,6 +40,86 @@ _MEM = re.compile(r"^\d+[KMGT]?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: names Lightning treats as "not a Slurm job" (interactive mode): ranks would not be detected
 _LIGHTNING_INTERACTIVE_NAMES = ("bash", "interactive")
+
+
+@dataclass
+class ContainerConfig:
+    """Run each rank inside a container image (the pinned stack of ``scripts/container/``)."""
+
+    runtime: str = "none"
+    """``none`` (ranks run the host's Python), ``apptainer`` (each rank is
+    ``apptainer exec [--rocm|--nv] --bind ... <image> python -m rocmtrain ...``) or ``pyxis``
+    (``srun --container-image=<image> --container-mounts=...``: enroot through Slurm's pyxis
+    plugin)."""
+    image: str | None = None
+    """The image: for apptainer a ``.sif`` file (``apptainer build rocmtrain.sif
+    scripts/container/rocmtrain.def``) or ``docker://...``; for pyxis an enroot image
+    reference (``registry#repo:tag``, ``repo:tag``) or a ``.sqsh`` file."""
+    mounts: list[str] = field(default_factory=list)
+    """Extra host paths visible in the container, ``/data`` or ``/data:/mnt/data[:ro]`` (absolute).
+    The job folder (``cluster.chdir``) and the run folder are always mounted at their own path,
+    so logs, checkpoints and the requeue flag are where the batch script looks."""
+    gpu: str = "auto"
+    """GPU flag of ``apptainer exec``: ``rocm`` (``--rocm``), ``nvidia`` (``--nv``), ``none``, or
+    ``auto``: none for ``trainer.accelerator=cpu``, ``--nv`` when the recipe name says NVIDIA
+    (``h100``, ``h200``, ``a100``, ``b200``, ``cuda``, ...), else ``--rocm``. pyxis needs no flag
+    (Slurm's GPU allocation and enroot's hooks give the devices)."""
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the field, the bad value and the fix."""
+        check_choice("cluster.container.runtime", self.runtime, RUNTIMES)
+        check_choice("cluster.container.gpu", self.gpu, CONTAINER_GPUS)
+        self._validate_image()
+        for mount in self.mounts:
+            self._validate_mount(str(mount))
+
+    def resolved_gpu(self, *, accelerator: str, recipe: str) -> str:
+        """``rocm``, ``nvidia`` or ``none``: :attr:`gpu`, with ``auto`` decided as documented."""
+        if self.gpu != "auto":
+            return self.gpu
+        if accelerator == "cpu":
+            return "none"
+        name = recipe.lower()
+        return "nvidia" if any(w in name for w in NVIDIA_RECIPE_WORDS) else "rocm"
+
+    def _validate_image(self) -> None:
+        image = self.image
+        if self.runtime == "none":
+            if image:
+                raise ConfigError(
+                    "cluster.container.image",
+                    image,
+                    "an image needs a runtime: set cluster.container.runtime=apptainer or pyxis "
+                    "(or drop the image)",
+                )
+            return
+        if image is None or not str(image).strip():
+            raise ConfigError(
+                "cluster.container.image",
+                image,
+                f"runtime={self.runtime} needs an image: a .sif file built from "
+                "scripts/container/rocmtrain.def, or a registry image like rocm/pytorch:<tag>",
+            )
+        if any(c in str(image) for c in "\n\r\0"):
+            raise ConfigError("cluster.container.image", image, "remove the newline/NUL")
+        if self.runtime == "pyxis" and "," in str(image):
+            raise ConfigError(
+                "cluster.container.image", image, "pyxis cannot take a ',' in the image name"
+            )
+
+    def _validate_mount(self, mount: str) -> None:
+        parts = mount.split(":")
+        fix = "give an absolute host path, /data or /data:/mnt/data[:ro]"
+        if not mount or any(c in mount for c in "\n\r\0") or len(parts) > 3:
+            raise ConfigError("cluster.container.mounts", mount, fix)
+        if not all(p.startswith("/") for p in parts[:2]):
+            raise ConfigError("cluster.container.mounts", mount, fix)
+        if self.runtime == "pyxis" and "," in mount:
+            raise ConfigError(
+                "cluster.container.mounts",
+                mount,
+                "pyxis separates mounts with ',': use a path without one",
+            )
 
 
 @dataclass
@@ -90,7 +177,7 @@ class ClusterConfig:
 
     # --- inside the job ---------------------------------------------------------------------
     srun_args: list[str] = field(default_factory=list)
-    """Extra srun options, e.g. ``[--container-image=rocm/pytorch:latest, --mpi=none]``."""
+    """Extra srun options, e.g. ``[--mpi=none, --label]`` (containers: see ``container``)."""
     setup: list[str] = field(default_factory=list)
     """Shell lines run before srun, verbatim (``module load rocm/6.3``, ``source venv/bin/activate``).
     They are your shell code: the only part of the script that is not quoted."""
@@ -100,7 +187,8 @@ class ClusterConfig:
     """Also export what the recipe's ``rccl`` config sets (``rocmtrain.comms.rccl.plan_rccl_env``),
     so the script shows it; each rank applies (and logs) the same config again before the PG."""
     python: str | None = None
-    """Python that runs the ranks; null = the interpreter you submit with (same venv)."""
+    """Python that runs the ranks; null = the interpreter you submit with (same venv), or
+    ``python`` (the image's, first on its PATH) when ranks run in ``container``."""
     run_root: str = "runs"
     """Parent of the per-job run folders: ``run_dir=<run_root>/<job name>-<SLURM_JOB_ID>``, stable
     across a requeue (so the requeued job resumes). An explicit ``run_dir=`` override wins."""
@@ -114,6 +202,8 @@ class ClusterConfig:
     than the partition has) fails at once with Slurm's reason instead of pending forever."""
     submit_command: str = "sbatch"
     """The submit tool (path or name of ``sbatch``)."""
+    container: ContainerConfig = field(default_factory=ContainerConfig)
+    """Run each rank in a container image (Apptainer or pyxis); default: no container."""
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the field, the bad value and the fix."""
@@ -161,3 +251,4 @@ class ClusterConfig:
                 )
             if value is None:
                 raise ConfigError(f"cluster.env.{name}", value, "give a string value")
+        self.container.validate()

@@ -85,12 +85,18 @@ def _print_dry_run(spec: Any) -> int:
     from rocmtrain.launch.script import render
 
     job = render(spec)
+    c = spec.container
+    where = ""
+    if c is not None:
+        gpu = f"apptainer gpu flag: {c.gpu}" if c.runtime == "apptainer" else "GPUs from Slurm"
+        where = f"container: {c.runtime} image {c.image!r}, mounts {list(c.mounts)}, {gpu}\n"
     print(
         "rocmtrain dry run (cluster=slurm): this batch script would be submitted with sbatch:\n"
         "----- 8< -----\n"
         f"{job.text}"
         "----- >8 -----\n"
         f"srun line:\n  {job.srun_line}\n"
+        f"{where}"
         f"log: {spec.output}   run dir: {spec.run_dir_prefix}"
         + ("" if spec.run_dir_fixed else "-<SLURM_JOB_ID>"),
         flush=True,

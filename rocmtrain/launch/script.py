@@ -12,13 +12,25 @@ Quoting. Two parsers read the script and each gets its own quoting:
   :func:`sbatch_quote` writes ``"..."`` with ``\\`` and ``"`` escaped (``shlex.quote`` would lose
   backslashes). A newline cannot be quoted there (it would end the comment and start shell code):
   such a value is refused with an error.
-* Everything the shell reads (exports, the srun line, the rank's command and overrides) goes
-  through :func:`shlex.quote`. The only exceptions are ``cluster.setup`` lines (your shell code) and
-  the two variables the script itself sets (``$RUN_DIR``, ``$SLURM_JOB_ID``).
+* Everything the shell reads (exports, the srun line, the container runtime's options and image,
+  the rank's command and overrides) goes through :func:`shlex.quote`. The only exceptions are
+  ``cluster.setup`` lines (your shell code) and the two variables the script itself sets
+  (``$RUN_DIR``, ``$SLURM_JOB_ID``).
+
+Containers (:class:`ContainerSpec`). With Apptainer the per-rank wrapper runs on the host and
+starts ``apptainer exec [--rocm|--nv] --bind ... --pwd <job folder> <image> <command>``, so the
+requeue flag is written by the host. With pyxis the srun options ``--container-image``,
+``--container-mounts`` and ``--container-workdir`` make the whole task (wrapper included) run in
+the container: the run folder is mounted at its own path, so the flag lands on the host too.
+
+File names. Slurm (and the file system) refuse a file name over 255 bytes, so the job name is
+shortened for the log, script and run-folder names (:func:`file_slug`); ``--job-name`` keeps the
+whole name.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -28,6 +40,23 @@ from rocmtrain import exit_codes
 
 #: rendered in the rank command as ``<prefix>"$RUN_DIR"`` (the per-job run folder)
 RUN_DIR = "$RUN_DIR"
+#: longest job-name part of a file name: the longest suffix added to it is the .sbatch
+#: script's ``-YYYYmmdd-HHMMSS-<pid>.sbatch`` (< 40 bytes), and NAME_MAX is 255 bytes
+MAX_NAME_IN_FILE = 200
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def file_slug(name: str, *, max_len: int = MAX_NAME_IN_FILE) -> str:
+    """File-system-safe, length-capped form of a job name (log, script and run-folder names).
+
+    A name longer than ``max_len`` keeps its start and gets a hash of the whole name, so two
+    long names that share a prefix still get different folders.
+    """
+    safe = _UNSAFE.sub("_", name).strip("._") or "job"
+    if len(safe) <= max_len:
+        return safe
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{safe[: max_len - len(digest) - 1].rstrip('._-')}-{digest}"
 
 
 @dataclass(frozen=True)
@@ -35,6 +64,56 @@ class RunDirArg:
     """A command-line token ``<prefix><run dir of this job>``, e.g. ``run_dir=/x/runs/demo-123``."""
 
     prefix: str = "run_dir="
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """How each rank enters the container (resolved from ``cluster.container``)."""
+
+    runtime: str
+    """``apptainer`` or ``pyxis``."""
+    image: str
+    """Image reference, passed verbatim (one argv token)."""
+    mounts: Sequence[str] = ()
+    """``src[:dst[:flags]]`` host paths, the job and run folders included."""
+    workdir: str | None = None
+    """Working directory inside the container (the job folder)."""
+    gpu: str = "none"
+    """``rocm`` (``apptainer exec --rocm``), ``nvidia`` (``--nv``) or ``none``."""
+
+    def __post_init__(self) -> None:
+        if self.runtime not in ("apptainer", "pyxis"):
+            raise ValueError(f"container runtime {self.runtime!r}: use apptainer or pyxis")
+        if self.gpu not in _APPTAINER_GPU_FLAGS:
+            raise ValueError(f"container gpu {self.gpu!r}: use {', '.join(_APPTAINER_GPU_FLAGS)}")
+
+
+_APPTAINER_GPU_FLAGS = {"rocm": ["--rocm"], "nvidia": ["--nv"], "none": []}
+
+
+def apptainer_argv(c: ContainerSpec) -> list[str]:
+    """``apptainer exec`` and its options up to the image; the rank's command follows."""
+    argv = ["apptainer", "exec", *_APPTAINER_GPU_FLAGS[c.gpu]]
+    for mount in c.mounts:
+        argv += ["--bind", mount]  # one flag per mount: a ',' inside a path stays a path
+    if c.workdir:
+        argv += ["--pwd", c.workdir]
+    return [*argv, c.image]
+
+
+def _pyxis_mount(mount: str) -> str:
+    # pyxis wants SRC:DST[:FLAGS]; a bare path is mounted at the same path
+    return mount if ":" in mount else f"{mount}:{mount}"
+
+
+def pyxis_srun_args(c: ContainerSpec) -> list[str]:
+    """pyxis's srun options: image, mounts (one ','-joined list), working directory."""
+    args = [f"--container-image={c.image}"]
+    if c.mounts:
+        args.append("--container-mounts=" + ",".join(_pyxis_mount(m) for m in c.mounts))
+    if c.workdir:
+        args.append(f"--container-workdir={c.workdir}")
+    return args
 
 
 @dataclass(frozen=True)
@@ -76,6 +155,8 @@ class JobSpec:
     """True when the user gave ``run_dir=`` explicitly: use ``run_dir_prefix`` without a job id."""
     header: Sequence[str] = ()
     """Comment lines at the top (how the script was made)."""
+    container: ContainerSpec | None = None
+    """Run each rank in this container (None: on the host)."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +261,12 @@ def srun_line(spec: JobSpec) -> str:
         # since Slurm 22.05 srun does not inherit sbatch's --cpus-per-task
         parts.append(f"--cpus-per-task={int(spec.cpus_per_task)}")
     parts += [shlex.quote(a) for a in spec.srun_args]
+    c = spec.container
+    if c is not None and c.runtime == "pyxis":
+        parts += [shlex.quote(a) for a in pyxis_srun_args(c)]
     parts.append(_RANK_WRAPPER)
+    if c is not None and c.runtime == "apptainer":
+        parts += [shlex.quote(a) for a in apptainer_argv(c)]
     parts += [_token(t) for t in spec.command]
     return " ".join(parts)
 

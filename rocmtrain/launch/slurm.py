@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from rocmtrain import __version__, exit_codes
-from rocmtrain.launch.script import JobSpec, RunDirArg, render
+from rocmtrain.launch.script import ContainerSpec, JobSpec, RunDirArg, file_slug, render
 
 #: trainer keys the job sets from the allocation (Lightning checks them against SLURM_* vars)
 _SHAPE_KEYS = ("trainer.num_nodes", "trainer.devices")
-_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+#: characters a container mount list cannot carry in a path (apptainer/pyxis split on them)
+_MOUNT_SEPARATORS = {"apptainer": ":", "pyxis": ":,"}
 
 
 class SubmitError(RuntimeError):
@@ -64,8 +65,8 @@ class JobStatus:
 
 # -- building the job --------------------------------------------------------------------------
 def slug(name: str) -> str:
-    """File-system-safe form of a job name (for the run folder and log file names)."""
-    return _SLUG.sub("_", name).strip("._") or "job"
+    """File-system-safe, length-capped form of a job name (run folder, log and script names)."""
+    return file_slug(name)
 
 
 def _key(override: str) -> str:
@@ -106,6 +107,36 @@ def planned_env(cfg: Any) -> dict[str, str]:
     return env
 
 
+def _auto_mount(path: str, runtime: str) -> str:
+    bad = [c for c in _MOUNT_SEPARATORS[runtime] if c in path]
+    if bad:
+        raise ValueError(
+            f"cluster.chdir / run folder {path!r} contains {''.join(bad)!r}, which a {runtime} "
+            "mount list cannot carry: submit from (or set cluster.chdir / run_dir to) a path "
+            "without it"
+        )
+    return path
+
+
+def container_spec(cfg: Any, *, base: Path, run_path: str) -> ContainerSpec | None:
+    """The container each rank runs in: the job folder and the run folder are mounted at their
+    own paths (logs, checkpoints and the requeue flag stay where the batch script looks)."""
+    c = cfg.cluster.container
+    if c.runtime == "none":
+        return None
+    mounts = [_auto_mount(str(base), c.runtime)]
+    if not Path(run_path).is_relative_to(base):
+        mounts.append(_auto_mount(run_path, c.runtime))
+    mounts += [str(m) for m in c.mounts if str(m) not in mounts]
+    return ContainerSpec(
+        runtime=c.runtime,
+        image=str(c.image),
+        mounts=mounts,
+        workdir=str(base),
+        gpu=c.resolved_gpu(accelerator=cfg.trainer.accelerator, recipe=cfg.recipe),
+    )
+
+
 def build_spec(
     cfg: Any,
     overrides: list[str],
@@ -134,7 +165,9 @@ def build_spec(
     output = c.output or str(run_root / f"{slug(name)}-%j.out")
     kept = [o for o in overrides if _key(o) not in (*_SHAPE_KEYS, "run_dir", "dry_run")]
     shape = [f"trainer.num_nodes={nodes}", f"trainer.devices={ntasks}"]
-    python = c.python or sys.executable
+    container = container_spec(cfg, base=base, run_path=run_dir_prefix if fixed else str(run_root))
+    # inside a container the image's python (first on its PATH) runs the rank, not this one
+    python = c.python or ("python" if container else sys.executable)
     program = program or [python, "-m", "rocmtrain"]
     command: list[str | RunDirArg] = [*program, *kept, *shape, RunDirArg("run_dir=")]
     header = [
@@ -169,6 +202,7 @@ def build_spec(
         kill_on_bad_exit=c.kill_on_bad_exit,
         max_restarts=c.max_restarts,
         header=header,
+        container=container,
     )
 
 

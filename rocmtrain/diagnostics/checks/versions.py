@@ -1,55 +1,132 @@
-"""Version checks against the compatibility table (ROCM_FACTS §7): warn outside it, never fail.
+"""Version checks against the pairing table in :mod:`rocmtrain.compat`: warn outside it, never fail.
 
-Table (pytorch RELEASE.md, FBGEMM release notes):
-
-- torch minor → the stable ROCm of its release: 2.6→6.2, 2.7→6.3, 2.8→6.4, 2.9→6.4, 2.10→7.1,
-  2.11–2.13→7.2, 2.14→7.14.
-- fbgemm-gpu(-cpu) and torchrec minors follow the torch minor: torch 2.13 ↔ fbgemm-gpu 1.8 ↔
-  torchrec 1.8; torch 2.11 ↔ 1.6 ↔ 1.6.1 (fbgemm 1.x pairs with torch 2.(x+5)).
-- FBGEMM 1.5/1.6 on ROCm: ROCm 7.0/7.1, archs gfx908/gfx90a/gfx942/gfx950.
+The table (torch minor ↔ stable ROCm, fbgemm-gpu ↔ torch minor, the ROCm builds of each
+fbgemm-gpu minor, the pinned stack) and its sources live in ``rocmtrain/compat.py``, which the
+README's Install pins and the container files follow too. A row no published matrix backs
+(``verified=False``) is shown, not warned on.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rocmtrain import platform
+from rocmtrain import compat, platform
 from rocmtrain.diagnostics.checks.base import Check, GpuFacts, Inputs, read_text
 
-TORCH_STABLE_ROCM: dict[tuple[int, int], tuple[int, int]] = {
-    (2, 6): (6, 2),
-    (2, 7): (6, 3),
-    (2, 8): (6, 4),
-    (2, 9): (6, 4),
-    (2, 10): (7, 1),
-    (2, 11): (7, 2),
-    (2, 12): (7, 2),
-    (2, 13): (7, 2),
-    (2, 14): (7, 14),
-}
-FBGEMM_ROCM: dict[tuple[int, int], set[tuple[int, int]]] = {
-    (1, 5): {(7, 0), (7, 1)},
-    (1, 6): {(7, 0), (7, 1)},
-}
-FBGEMM_ROCM_ARCHS = ("gfx908", "gfx90a", "gfx942", "gfx950")
+# kept under their old names for callers that import them from here
+TORCH_STABLE_ROCM = compat.TORCH_STABLE_ROCM
+FBGEMM_ROCM = compat.FBGEMM_ROCM
 FBGEMM_DISTS = ("fbgemm-gpu", "fbgemm-gpu-cpu", "fbgemm-gpu-nightly", "fbgemm-gpu-genai")
 TRITON_DISTS = ("pytorch-triton-rocm", "triton", "pytorch-triton")
 
-
-def _mm(version: str | tuple[int, ...] | None) -> tuple[int, int] | None:
-    if version is None:
-        return None
-    if isinstance(version, str):
-        parts = version.split("+")[0].split(".")
-        try:
-            return int(parts[0]), int(parts[1])
-        except (IndexError, ValueError):
-            return None
-    return (version[0], version[1]) if len(version) >= 2 else None
+_mm = compat.minor
 
 
 def _fmt(v: tuple[int, ...] | None) -> str:
     return ".".join(map(str, v)) if v else "?"
+
+
+def _torch_rocm_check(torch_v: tuple[int, ...], hip_v: tuple[int, ...]) -> Check:
+    tv = _mm(torch_v)
+    expected = compat.stable_rocm(tv)
+    ev = f"torch {_fmt(torch_v)} built with ROCm/HIP {_fmt(hip_v)}"
+    if expected is None:
+        return Check(
+            "versions.torch_rocm",
+            "warn",
+            ev + "; torch release not in table",
+            "see pytorch RELEASE.md for the ROCm this torch was released with",
+        )
+    if _mm(hip_v) != expected:
+        return Check(
+            "versions.torch_rocm",
+            "warn",
+            ev + f"; torch {_fmt(tv)} was released against ROCm {_fmt(expected)}",
+            f"prefer the ROCm {_fmt(expected)} wheel from "
+            "PyTorch's per-ROCm index (works, but is the less tested pairing)",
+        )
+    return Check("versions.torch_rocm", "ok", ev + " (the stable pairing)")
+
+
+def _fbgemm_rocm_check(ev: str, fv: compat.MM, hip_v: tuple[int, ...], archs: list[str]) -> Check:
+    """fbgemm-gpu on ROCm: its published ROCm builds and archs (an unverified row never warns)."""
+    row = compat.fbgemm_rocm(fv)
+    if row is None or not row.verified:
+        return Check(
+            "versions.fbgemm_gpu",
+            "ok",
+            ev + f" on ROCm {_fmt(hip_v)} (FBGEMM publishes no ROCm matrix for {_fmt(fv)}: "
+            "ROCm pairing not checked)",
+        )
+    if _mm(hip_v) not in row.rocm:
+        ok_rocm = ", ".join(_fmt(r) for r in row.rocm)
+        return Check(
+            "versions.fbgemm_gpu",
+            "warn",
+            ev + f" on ROCm {_fmt(hip_v)}",
+            f"fbgemm-gpu {_fmt(fv)} is published for ROCm {ok_rocm} only "
+            f"({compat.SOURCES[row.source]}); install torch and fbgemm-gpu from one of those "
+            f"indexes, or the pinned stack (torch {compat.PINNED.torch}, ROCm "
+            f"{compat.PINNED.rocm}, fbgemm-gpu {compat.PINNED.fbgemm_gpu})",
+        )
+    odd = [a for a in archs if a not in row.archs]
+    if odd:
+        return Check(
+            "versions.fbgemm_gpu",
+            "warn",
+            ev + f"; GPU arch {archs}",
+            f"fbgemm-gpu {_fmt(fv)} ROCm builds target {', '.join(row.archs)}",
+        )
+    return Check("versions.fbgemm_gpu", "ok", ev)
+
+
+def _fbgemm_check(
+    torch_v: tuple[int, ...],
+    hip_v: tuple[int, ...] | None,
+    fbgemm: tuple[str, str] | None,
+    archs: list[str],
+) -> Check:
+    if fbgemm is None:
+        return Check(
+            "versions.fbgemm_gpu",
+            "warn",
+            "fbgemm-gpu not installed",
+            "install fbgemm-gpu (ROCm/CUDA: PyTorch's wheel index; CPU: fbgemm-gpu-cpu)",
+        )
+    dist, ver = fbgemm
+    fv = _mm(ver)
+    want = compat.fbgemm_for_torch(_mm(torch_v))
+    ev = f"{dist} {ver} with torch {_fmt(torch_v)}"
+    if fv is None or fv != want:
+        return Check(
+            "versions.fbgemm_gpu",
+            "warn",
+            ev + f"; expected {_fmt(want)}.x",
+            "install the fbgemm-gpu built for this torch minor (ABI is per torch minor)",
+        )
+    if hip_v is not None:
+        return _fbgemm_rocm_check(ev, fv, hip_v, archs)
+    return Check("versions.fbgemm_gpu", "ok", ev)
+
+
+def _torchrec_check(torchrec: str | None, fbgemm: tuple[str, str] | None) -> Check:
+    if torchrec is None:
+        return Check(
+            "versions.torchrec",
+            "warn",
+            "torchrec not installed",
+            "install torchrec matching fbgemm-gpu (--no-deps on ROCm)",
+        )
+    rv, fv = _mm(torchrec), _mm(fbgemm[1]) if fbgemm else None
+    ev = f"torchrec {torchrec} with fbgemm-gpu {fbgemm[1] if fbgemm else '(none)'}"
+    if fv is not None and rv != fv:
+        return Check(
+            "versions.torchrec",
+            "warn",
+            ev,
+            "torchrec and fbgemm-gpu minors must match (e.g. 1.8 ↔ 1.8)",
+        )
+    return Check("versions.torchrec", "ok", ev)
 
 
 def compat_checks(
@@ -61,99 +138,9 @@ def compat_checks(
     archs: list[str],
 ) -> list[Check]:
     """Pure table lookups; ``fbgemm`` = (distribution, version)."""
-    out: list[Check] = []
-    tv = _mm(torch_v)
-    if hip_v is not None:
-        expected = TORCH_STABLE_ROCM.get(tv) if tv else None
-        ev = f"torch {_fmt(torch_v)} built with ROCm/HIP {_fmt(hip_v)}"
-        if expected is None:
-            out.append(
-                Check(
-                    "versions.torch_rocm",
-                    "warn",
-                    ev + "; torch release not in table",
-                    "see pytorch RELEASE.md for the ROCm this torch was released with",
-                )
-            )
-        elif _mm(hip_v) != expected:
-            out.append(
-                Check(
-                    "versions.torch_rocm",
-                    "warn",
-                    ev + f"; torch {tv[0]}.{tv[1]} was released against ROCm {_fmt(expected)}",
-                    f"prefer the ROCm {_fmt(expected)} wheel from "
-                    "PyTorch's per-ROCm index (works, but is the less tested pairing)",
-                )
-            )
-        else:
-            out.append(Check("versions.torch_rocm", "ok", ev + " (the stable pairing)"))
-    if fbgemm is None:
-        out.append(
-            Check(
-                "versions.fbgemm_gpu",
-                "warn",
-                "fbgemm-gpu not installed",
-                "install fbgemm-gpu (ROCm/CUDA: PyTorch's wheel index; CPU: fbgemm-gpu-cpu)",
-            )
-        )
-    else:
-        dist, ver = fbgemm
-        fv = _mm(ver)
-        want = (1, tv[1] - 5) if tv and tv[0] == 2 else None
-        ev = f"{dist} {ver} with torch {_fmt(torch_v)}"
-        if fv != want:
-            out.append(
-                Check(
-                    "versions.fbgemm_gpu",
-                    "warn",
-                    ev + f"; expected 1.{want[1] if want else '?'}.x",
-                    "install the fbgemm-gpu built for this torch minor (ABI is per torch minor)",
-                )
-            )
-        elif hip_v is not None and fv in FBGEMM_ROCM and _mm(hip_v) not in FBGEMM_ROCM[fv]:
-            ok_rocm = ", ".join(_fmt(r) for r in sorted(FBGEMM_ROCM[fv]))
-            out.append(
-                Check(
-                    "versions.fbgemm_gpu",
-                    "warn",
-                    ev + f" on ROCm {_fmt(hip_v)}",
-                    f"fbgemm-gpu {_fmt(fv)} is released for ROCm {ok_rocm}",
-                )
-            )
-        elif hip_v is not None and any(a not in FBGEMM_ROCM_ARCHS for a in archs):
-            out.append(
-                Check(
-                    "versions.fbgemm_gpu",
-                    "warn",
-                    ev + f"; GPU arch {archs}",
-                    f"fbgemm-gpu ROCm builds target {', '.join(FBGEMM_ROCM_ARCHS)}",
-                )
-            )
-        else:
-            out.append(Check("versions.fbgemm_gpu", "ok", ev))
-    if torchrec is None:
-        out.append(
-            Check(
-                "versions.torchrec",
-                "warn",
-                "torchrec not installed",
-                "install torchrec matching fbgemm-gpu (--no-deps on ROCm)",
-            )
-        )
-    else:
-        rv, fv = _mm(torchrec), _mm(fbgemm[1]) if fbgemm else None
-        ev = f"torchrec {torchrec} with fbgemm-gpu {fbgemm[1] if fbgemm else '(none)'}"
-        if fv is not None and rv != fv:
-            out.append(
-                Check(
-                    "versions.torchrec",
-                    "warn",
-                    ev,
-                    "torchrec and fbgemm-gpu minors must match (e.g. 1.8 ↔ 1.8)",
-                )
-            )
-        else:
-            out.append(Check("versions.torchrec", "ok", ev))
+    out = [_torch_rocm_check(torch_v, hip_v)] if hip_v is not None else []
+    out.append(_fbgemm_check(torch_v, hip_v, fbgemm, archs))
+    out.append(_torchrec_check(torchrec, fbgemm))
     return out
 
 
