@@ -94,8 +94,11 @@ def hydra_main(argv: list[str]) -> int:
         warnings.filterwarnings("ignore", message=pattern)
 
     from rocmtrain.faults.preemption import arm_early, disarm_early
+    from rocmtrain.launch.orphans import die_with_parent, started_by_lightning
 
     arm_early()  # a preemption signal during start-up: requeue exit, not a killed rank
+    if started_by_lightning():  # a rank Lightning re-ran this command for: gone with rank 0
+        die_with_parent()
     register_configs()
     argv = _pin_run_dir(list(argv))
     problem = _unwritable_run_dir(argv)
@@ -235,20 +238,12 @@ def reject_unknown_keys(cfg: Any) -> None:
 
 
 def _report_crash(exc: BaseException, run_dir: Path) -> None:
-    import traceback
+    from rocmtrain.faults.hints import write_traceback
 
     rank = _rank()
-    text = "".join(traceback.format_exception(exc))
-    where = "(no run dir)"
-    try:
-        logs = run_dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        path = logs / f"error_rank{rank}.txt"
-        path.write_text(text)
-        where = str(path.resolve())
-    except OSError:
-        pass
+    path = write_traceback(exc, run_dir, rank)
     first = (str(exc).strip().splitlines() or [""])[0]
+    where = path.resolve() if path is not None else "not written"
     print(
         f"rocmtrain: error: training failed on rank {rank}: {type(exc).__name__}: {first} "
         f"(traceback: {where})",
@@ -257,7 +252,9 @@ def _report_crash(exc: BaseException, run_dir: Path) -> None:
     for note in getattr(exc, "__notes__", ()):  # error hints (rocmtrain.faults.hints)
         print(note, file=sys.stderr)
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        print(text, file=sys.stderr)
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
 
 
 def _only_hydra_files(run_dir: Path) -> bool:

@@ -78,7 +78,7 @@ def normalize_gfx_arch(name: str | None) -> str | None:
     return m.group(1).lower() if m else None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gfx_arch(device: int = 0) -> str | None:
     """The AMD gfx architecture of ``device`` (``"gfx90a"``, ``"gfx942"``), or None if not ROCm."""
     if not (is_rocm() and has_gpu()):
@@ -87,7 +87,7 @@ def gfx_arch(device: int = 0) -> str | None:
     return normalize_gfx_arch(getattr(props, "gcnArchName", None))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compute_capability(device: int = 0) -> tuple[int, int] | None:
     """NVIDIA compute capability ``(major, minor)``, or None off CUDA."""
     if not (is_cuda_build() and has_gpu()):
@@ -104,7 +104,7 @@ def warp_size_for_arch(arch: str | None) -> int:
     return 32 if re.match(r"gfx1[0-9]", arch) else 64
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def warp_size(device: int = 0) -> int:
     """Lanes per warp/wavefront of ``device``: the device's own ``warp_size`` where it reports one."""
     if not has_gpu():

@@ -295,7 +295,8 @@ NEXT_STEPS = {
         "The job exits with the requeue code; it resumes from the last checkpoint.",
     ],
     "peer_failed": [
-        "Fix the exception reported by the failed rank (its log has the traceback and a hint); "
+        "Fix the exception reported by the failed rank (<run_dir>/logs/error_rank<R>.txt has its "
+        "traceback and hint); "
         "the other ranks exit with the plain failure code so Slurm does not requeue a broken run.",
     ],
     "store_lost": [
@@ -377,9 +378,18 @@ def build_report(
 
 def render_text(report: dict[str, Any]) -> str:
     """A readable version of the report (what an operator reads first)."""
+    if report["cause"] == "peer_failed":  # not a hang: a rank raised and said so
+        title = (
+            f"RANK FAILURE REPORT — rank(s) {report['stuck_ranks']} raised an exception; "
+            f"declared by rank {report['declared_by']} at {report['declared_at']}"
+        )
+    else:
+        title = (
+            f"HANG REPORT ({report['cause']}) — declared by rank {report['declared_by']} at "
+            f"{report['declared_at']} after {report['timeout_seconds']:.1f} s without progress"
+        )
     lines = [
-        f"HANG REPORT ({report['cause']}) — declared by rank {report['declared_by']} at "
-        f"{report['declared_at']} after {report['timeout_seconds']:.1f} s without progress",
+        title,
         f"stuck rank(s): {report['stuck_ranks']}  step(s): {report['stuck_steps']}",
         report["summary"],
         "",

@@ -254,6 +254,20 @@ def hint_for_exception(exc: BaseException) -> Hint | None:
     return hint_for("\n".join(parts))
 
 
+def write_traceback(exc: BaseException, run_dir: Path, rank: int) -> Path | None:
+    """``<run_dir>/logs/error_rank<rank>.txt``: the full traceback (hint notes included)."""
+    import traceback
+
+    path = Path(run_dir) / "logs" / f"error_rank{rank}.txt"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(traceback.format_exception(exc)))
+    except OSError as e:
+        log.warning("could not write the traceback to %s: %s", path, e)
+        return None
+    return path
+
+
 def explain(exc: BaseException, *, run_dir: Path | None = None, rank: int = 0) -> Hint | None:
     """Hint for ``exc``: logged, added as an exception note, written to the run dir. None if unknown."""
     if isinstance(exc, (SystemExit, KeyboardInterrupt)):
@@ -277,7 +291,8 @@ def explain(exc: BaseException, *, run_dir: Path | None = None, rank: int = 0) -
 
 
 class ErrorHintCallback(pl.Callback):
-    """``on_exception`` → :func:`explain`."""
+    """``on_exception`` → :func:`explain`, then the traceback into ``<run_dir>/logs`` (before the
+    watchdog tells the peers, so the path they print exists)."""
 
     def __init__(self, run_dir: Path) -> None:
         self._run_dir = Path(run_dir)
@@ -287,3 +302,5 @@ class ErrorHintCallback(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
         self.hint = explain(exception, run_dir=self._run_dir, rank=trainer.global_rank)
+        if not isinstance(exception, (SystemExit, KeyboardInterrupt)):
+            write_traceback(exception, self._run_dir, trainer.global_rank)

@@ -52,6 +52,10 @@ EARLY_GRACE_SECONDS = 25.0
 
 
 def _early_handler(signum: int, frame: FrameType | None) -> None:
+    _on_early_signal(signum)
+
+
+def _on_early_signal(signum: int) -> None:
     if _EARLY["signal"] is None:
         _EARLY["signal"] = signum
         os.write(
@@ -79,12 +83,32 @@ def _grace_exit(signum: int) -> None:
     os._exit(128 + signum)
 
 
+class _SignalWaiter(threading.Thread):
+    """Receives the held signals on its own thread. A Python signal handler runs only when the
+    main thread returns to the interpreter, which a rendezvous blocked inside C++ (a TCPStore
+    waiting for peers that never come) does not: the signals are blocked in the main thread and
+    taken here with ``sigtimedwait`` instead."""
+
+    def __init__(self, signals: tuple[int, ...]) -> None:
+        super().__init__(name="rocmtrain-early-signals", daemon=True)
+        self.signals = signals
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            info = signal.sigtimedwait(self.signals, 0.2)
+            if info is not None:
+                _on_early_signal(info.si_signo)
+
+
 def arm_early(names: tuple[str, ...] = EARLY_SIGNALS) -> None:
     """Hold preemption signals from process start until :class:`PreemptionCallback` takes over.
 
     Without this, a SIGUSR1/SIGTERM that arrives while a rank is still importing, sharding or
-    generating data kills it with the default action (no checkpoint, no requeue exit). Called first
-    thing by the CLI; :func:`disarm_early` gives back the ones the run's config does not handle.
+    generating data kills it with the default action (no checkpoint, no requeue exit); with it the
+    run checkpoints after its first step, or, if training has not started within
+    :data:`EARLY_GRACE_SECONDS`, exits ``128 + N``. Called first thing by the CLI;
+    :func:`disarm_early` gives back the ones the run's config does not handle.
     """
     if threading.current_thread() is not threading.main_thread():
         return
@@ -95,6 +119,23 @@ def arm_early(names: tuple[str, ...] = EARLY_SIGNALS) -> None:
             signal.signal(sig, _early_handler)
             armed.append(sig)
     _EARLY["armed"] = tuple(armed)
+    if armed and _EARLY.get("waiter") is None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, armed)
+        _EARLY["waiter"] = _SignalWaiter(tuple(armed))
+        _EARLY["waiter"].start()
+
+
+def release_early() -> None:
+    """Stop taking the held signals on the waiter thread and unblock them in the main thread;
+    a signal pending meanwhile is delivered to whatever handler is installed now."""
+    waiter = _EARLY.pop("waiter", None)
+    if waiter is None or threading.current_thread() is not threading.main_thread():
+        if waiter is not None:
+            _EARLY["waiter"] = waiter
+        return
+    waiter.stopped.set()
+    waiter.join(timeout=1.0)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, waiter.signals)
 
 
 def disarm_early(keep: list[str] | tuple[str, ...]) -> None:
@@ -104,12 +145,15 @@ def disarm_early(keep: list[str] | tuple[str, ...]) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     kept = {getattr(signal, name) for name in keep}
+    if not kept:
+        release_early()
     for sig in _EARLY["armed"]:
         if sig in kept or signal.getsignal(sig) is not _early_handler:
             continue
         signal.signal(sig, signal.SIG_DFL)
         if _EARLY["signal"] == sig:
             _EARLY["signal"] = None
+            release_early()
             os.kill(os.getpid(), sig)
     _EARLY["armed"] = tuple(s for s in _EARLY["armed"] if s in kept)
 
@@ -181,6 +225,7 @@ class PreemptionCallback(pl.Callback):
             previous = signal.getsignal(sig)
             self._previous[sig] = signal.SIG_DFL if previous is _early_handler else previous
             signal.signal(sig, self._handler)
+        release_early()  # from here the handlers above receive the signals
         if self.received is None:  # a signal held since start-up: checkpoint after the first step
             self.received = take_early_signal(self._signals)
 

@@ -53,6 +53,8 @@ import pytorch_lightning as pl
 import torch.distributed as dist
 
 from rocmtrain import exit_codes
+from rocmtrain.config.rccl import RcclConfig
+from rocmtrain.config.watchdog import WatchdogConfig
 from rocmtrain.faults import hang_report as hr
 from rocmtrain.faults.heartbeat import (
     HOST,
@@ -65,8 +67,6 @@ from rocmtrain.faults.heartbeat import (
     pid_alive,
 )
 from rocmtrain.faults.hints import hint_for_exception
-from rocmtrain.config.rccl import RcclConfig
-from rocmtrain.config.watchdog import WatchdogConfig
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,8 @@ class Watchdog:
             return
         hint = hint_for_exception(exc)
         if not ((hint is not None and hint.kind in _COMM_HINTS) or isinstance(exc, dist.DistError)):
-            self.finish(f"failed:{type(exc).__name__}")
+            first = (str(exc).strip().splitlines() or [""])[0]
+            self.finish(f"failed:{type(exc).__name__}: {first}"[:200])
             if self.world_size > 1:
                 # let the observers read "failed" before this process (on rank 0: the store) goes
                 time.sleep(min(2 * self.cfg.poll_interval_seconds, 5.0))
@@ -440,6 +441,15 @@ class Watchdog:
             report, attempt_dir=self.attempt_dir, run_dir=self.run_dir, name=name
         )
         print(hr.render_text(report) + f"hang report: {path}", file=sys.__stderr__, flush=True)
+        if decision["cause"] == "peer_failed":  # the one line a user needs: who failed, and why
+            for r in decision["stuck_ranks"]:
+                why = beats[r].phase.removeprefix("failed:") if r in beats else "an exception"
+                log_path = self.run_dir / "logs" / f"error_rank{r}.txt"
+                print(
+                    f"rocmtrain: error: rank {r} failed: {why} (traceback: {log_path})",
+                    file=sys.__stderr__,
+                    flush=True,
+                )
         return path
 
     def _dump_local(self) -> dict[str, Any]:

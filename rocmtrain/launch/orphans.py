@@ -19,6 +19,17 @@ log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 
 
+def started_by_lightning(environ: dict[str, str] | None = None) -> bool:
+    """True in a local rank > 0 that Lightning's script launcher started (not torchrun, not an
+    srun task: those have their own supervisor)."""
+    env = os.environ if environ is None else environ
+    return (
+        int(env.get("LOCAL_RANK", "0") or 0) > 0
+        and "TORCHELASTIC_RUN_ID" not in env
+        and "SLURM_STEP_ID" not in env
+    )
+
+
 def die_with_parent(sig: int = signal.SIGKILL) -> bool:
     """Ask the kernel to send ``sig`` to this process when its parent exits. Returns whether it
     is armed; exits at once if the parent is already gone (re-parented to init)."""

@@ -45,6 +45,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -263,11 +264,10 @@ class TorchRecStrategy(DDPStrategy):
 
     def _end_with_launcher(self) -> None:
         """Local ranks that Lightning's script launcher started die with it (no orphans)."""
-        if isinstance(self.cluster_environment, LightningEnvironment) and self.local_rank > 0:
-            if "TORCHELASTIC_RUN_ID" not in os.environ:
-                from rocmtrain.launch.orphans import die_with_parent
+        from rocmtrain.launch.orphans import die_with_parent, started_by_lightning
 
-                die_with_parent()
+        if isinstance(self.cluster_environment, LightningEnvironment) and started_by_lightning():
+            die_with_parent()
 
     def _bind_local_rank(self) -> None:
         from rocmtrain.launch.binding import bind_local_rank
@@ -326,6 +326,20 @@ class TorchRecStrategy(DDPStrategy):
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         self._beat("broadcast")
         return super().broadcast(obj, src)
+
+    @override
+    def on_exception(self, exception: BaseException) -> None:
+        super().on_exception(exception)
+        # The error hints and the watchdog (callbacks) have had their turn; the ranks this process
+        # launched cannot go on without it and would wait in the next collective: end them.
+        from pytorch_lightning.strategies.launchers.subprocess_script import (
+            _SubprocessScriptLauncher,
+        )
+
+        if isinstance(exception, Exception) and isinstance(
+            self.launcher, _SubprocessScriptLauncher
+        ):
+            self.launcher.kill(signal.SIGKILL)
 
     @override
     def teardown(self) -> None:
