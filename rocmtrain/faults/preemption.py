@@ -55,16 +55,21 @@ def _early_handler(signum: int, frame: FrameType | None) -> None:
     _on_early_signal(signum)
 
 
+_EARLY_LOCK = threading.Lock()
+
+
 def _on_early_signal(signum: int) -> None:
-    if _EARLY["signal"] is None:
+    with _EARLY_LOCK:  # the handler and the waiter thread can both see the same signal
+        if _EARLY["signal"] is not None:
+            return
         _EARLY["signal"] = signum
-        os.write(
-            2,
-            f"rocmtrain: got {signal.Signals(signum).name} before training started; checkpoint "
-            f"and requeue exit after the first step (or exit within {EARLY_GRACE_SECONDS:.0f} s "
-            "if training does not start)\n".encode(),
-        )
-        threading.Thread(target=_grace_exit, args=(signum,), daemon=True).start()
+    os.write(
+        2,
+        f"rocmtrain: got {signal.Signals(signum).name} before training started; checkpoint "
+        f"and requeue exit after the first step (or exit within {EARLY_GRACE_SECONDS:.0f} s "
+        "if training does not start)\n".encode(),
+    )
+    threading.Thread(target=_grace_exit, args=(signum,), daemon=True).start()
 
 
 def _grace_exit(signum: int) -> None:
@@ -84,21 +89,36 @@ def _grace_exit(signum: int) -> None:
 
 
 class _SignalWaiter(threading.Thread):
-    """Receives the held signals on its own thread. A Python signal handler runs only when the
-    main thread returns to the interpreter, which a rendezvous blocked inside C++ (a TCPStore
-    waiting for peers that never come) does not: the signals are blocked in the main thread and
-    taken here with ``sigtimedwait`` instead."""
+    """Sees the held signals on its own thread. A Python signal handler runs only when the main
+    thread returns to the interpreter, which a rendezvous blocked inside C++ (a TCPStore waiting
+    for peers that never come) does not; but CPython's C-level handler writes every signal number
+    to the wakeup fd at once, from whichever thread the kernel picked, and this thread reads it."""
 
     def __init__(self, signals: tuple[int, ...]) -> None:
         super().__init__(name="rocmtrain-early-signals", daemon=True)
         self.signals = signals
         self.stopped = threading.Event()
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self.previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
 
     def run(self) -> None:
+        import select
+
         while not self.stopped.is_set():
-            info = signal.sigtimedwait(self.signals, 0.2)
-            if info is not None:
-                _on_early_signal(info.si_signo)
+            ready, _, _ = select.select([self._read], [], [], 0.2)
+            if not ready:
+                continue
+            for signum in os.read(self._read, 64):
+                if signum in self.signals:
+                    _on_early_signal(signum)
+
+    def stop(self) -> None:
+        signal.set_wakeup_fd(self.previous_fd)
+        self.stopped.set()
+        self.join(timeout=1.0)
+        os.close(self._read)
+        os.close(self._write)
 
 
 def arm_early(names: tuple[str, ...] = EARLY_SIGNALS) -> None:
@@ -120,22 +140,18 @@ def arm_early(names: tuple[str, ...] = EARLY_SIGNALS) -> None:
             armed.append(sig)
     _EARLY["armed"] = tuple(armed)
     if armed and _EARLY.get("waiter") is None:
-        signal.pthread_sigmask(signal.SIG_BLOCK, armed)
         _EARLY["waiter"] = _SignalWaiter(tuple(armed))
         _EARLY["waiter"].start()
 
 
 def release_early() -> None:
-    """Stop taking the held signals on the waiter thread and unblock them in the main thread;
-    a signal pending meanwhile is delivered to whatever handler is installed now."""
-    waiter = _EARLY.pop("waiter", None)
-    if waiter is None or threading.current_thread() is not threading.main_thread():
-        if waiter is not None:
-            _EARLY["waiter"] = waiter
+    """Stop watching for the held signals off the main thread (the installed handlers take them
+    from here on)."""
+    if threading.current_thread() is not threading.main_thread():
         return
-    waiter.stopped.set()
-    waiter.join(timeout=1.0)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, waiter.signals)
+    waiter = _EARLY.pop("waiter", None)
+    if waiter is not None:
+        waiter.stop()
 
 
 def disarm_early(keep: list[str] | tuple[str, ...]) -> None:
