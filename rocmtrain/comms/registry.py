@@ -59,7 +59,7 @@ _TUNABLE = "https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/cuda/tuna
 _MI300 = "https://rocm.docs.amd.com/en/latest/how-to/system-optimization/mi300x.html"
 _NCCL25 = "https://docs.nvidia.com/deeplearning/nccl/release-notes/rel_2-5-6.html"
 
-_COMPONENT_NAMES = {"rccl": "RCCL", "rocm": "ROCm", "torch": "PyTorch"}
+COMPONENT_NAMES = {"rccl": "RCCL", "rocm": "ROCm", "torch": "PyTorch"}
 
 
 def _v(text: str) -> Version:
@@ -108,7 +108,7 @@ class Gate:
 
     def problem(self, name: str, have: Version) -> str | None:
         """Why ``name`` is not read at version ``have`` of the gate's component (None when it is)."""
-        comp = _COMPONENT_NAMES[self.component]
+        comp = COMPONENT_NAMES[self.component]
         on = f" on {'/'.join(self.archs)}" if self.archs else ""
         need, shown = _show(self.version), _show(have)
         if self.op == ">=" and tuple(have) < self.version:
@@ -581,7 +581,7 @@ def _real_findings(
         gate = DEFAULT_ON[name]
         msg = (
             f"{name}=1 is already the default on {versions.arch} with "
-            f"{_COMPONENT_NAMES[gate.component]} >= {_show(gate.version)}"
+            f"{COMPONENT_NAMES[gate.component]} >= {_show(gate.version)}"
         )
         out.append(Finding(name, "info", msg, None, entry.source))
     if name == "HSA_OVERRIDE_GFX_VERSION":
