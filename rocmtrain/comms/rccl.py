@@ -8,11 +8,14 @@ run the same code):
     plan_rccl_env(cfg.rccl)                      # pure: {"NCCL_PROTO": "LL,Simple", ...} for dry runs
     apply_rccl_config(cfg.rccl, run_dir=run_dir)  # sets them; logs "NAME: old -> new"
 
-Rules: a field left ``None`` sets nothing (RCCL keeps its own tuning; setting ``NCCL_PROTO``/``NCCL_ALGO``
-at all disables RCCL's MI300 heuristic); a value the user already exported wins unless ``cfg.force``;
-an invalid value (``protocol="LL64"``) raises ``ValueError`` naming the field, the value and the allowed
-set before anything is launched; version-gated knobs are skipped with a warning when the running RCCL
-does not read them; ``~/.rccl.conf`` and ``/etc/rccl.conf`` are reported because RCCL reads them too.
+Rules: a field left ``None`` sets nothing (RCCL keeps its own tuning; ``NCCL_PROTO``/``NCCL_ALGO`` narrow
+the tuner's choices, so they belong in a preset only when a sweep measured a gain); a value the user
+already exported wins unless ``cfg.force``; an invalid value (``protocol="LL64"``) raises ``ValueError``
+naming the field, the value and the allowed set before anything is launched; version-gated knobs are
+skipped with a warning when the running RCCL, ROCm or PyTorch does not read them (the gates live in
+:mod:`rocmtrain.comms.registry`); ``~/.rccl.conf`` and ``/etc/rccl.conf`` are reported because RCCL
+reads them too. The flight-recorder variables use the names the running PyTorch reads: ``TORCH_FR_*``
+from 2.8, ``TORCH_NCCL_TRACE_BUFFER_SIZE`` / ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` before.
 """
 
 from __future__ import annotations
@@ -73,16 +76,18 @@ PG_FIELDS: dict[str, str] = {
     "dump_on_timeout": "TORCH_NCCL_DUMP_ON_TIMEOUT",
     "flight_recorder_dump_prefix": "TORCH_FR_DUMP_TEMP_FILE",
 }
-#: new flight-recorder names → the names PyTorch < 2.7 reads
+#: flight-recorder names of PyTorch >= 2.8 (pytorch PR #152563) → the names PyTorch <= 2.7 reads
 _OLD_FR_NAMES = {
     "TORCH_FR_BUFFER_SIZE": "TORCH_NCCL_TRACE_BUFFER_SIZE",
     "TORCH_FR_DUMP_TEMP_FILE": "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
 }
+#: the first PyTorch that reads the TORCH_FR_* names (older ones read only the _OLD_FR_NAMES values)
+FR_NAMES_SINCE = (2, 8)
 _HINTS = {f.name: str(f.type) for f in fields(RcclConfig)}
 RCCL_CONF_FILES = (Path("~/.rccl.conf"), Path("/etc/rccl.conf"))
 
 _CHOICES: dict[str, tuple[str, ...]] = {
-    "debug": ("VERSION", "WARN", "INFO", "ABORT", "TRACE"),
+    "debug": ("NONE", "VERSION", "WARN", "INFO", "ABORT", "TRACE"),
     "net_gdr_level": ("LOC", "PIX", "PXB", "PHB", "SYS", "0", "1", "2", "3", "4", "5"),
 }
 _RANGES: dict[str, tuple[int, int]] = {
@@ -99,19 +104,50 @@ _RANGES: dict[str, tuple[int, int]] = {
 
 @dataclass(frozen=True)
 class Platform:
-    """What the gates need to know: RCCL (ROCm) or NCCL (CUDA) or neither, and the library version."""
+    """What the gates need to know: RCCL (ROCm) or NCCL (CUDA) or neither, and the versions.
+
+    ``version`` is the RCCL/NCCL version; ``rocm_version`` the ROCm release (some RCCL knobs are gated
+    on it because several ROCm releases ship the same RCCL); ``torch_version`` decides the
+    flight-recorder names (None: the installed torch); ``arch`` the GPU arch (``gfx942``).
+    """
 
     rocm: bool | None
     """True: RCCL reads the knobs; False: NVIDIA NCCL; None: unknown (CPU build)."""
     version: tuple[int, ...] | None
+    rocm_version: tuple[int, ...] | None = None
+    torch_version: tuple[int, ...] | None = None
+    arch: str | None = None
 
     @classmethod
     def detect(cls) -> Platform:
+        """The running process: RCCL/NCCL version, HIP (ROCm) version, torch version, GPU 0's arch."""
+        torch_v = platform.torch_version()
         if platform.is_rocm():
-            return cls(True, platform.nccl_version())
+            return cls(True, platform.nccl_version(), _rocm_release(), torch_v, _arch())
         if platform.is_cuda_build():
-            return cls(False, platform.nccl_version())
-        return cls(None, None)
+            return cls(False, platform.nccl_version(), None, torch_v)
+        return cls(None, None, None, torch_v)
+
+    def versions(self) -> registry.Versions:
+        """The registry's view of this platform (RCCL version only on ROCm)."""
+        torch_v = self.torch_version or platform.torch_version()
+        rccl = self.version if self.rocm else None
+        return registry.Versions(torch_v, rccl, self.rocm_version, self.arch)
+
+
+def _rocm_release() -> tuple[int, ...] | None:
+    """ROCm major.minor[.patch] from torch.version.hip (``6.3.42131-fa1d09cfd`` → (6, 3)): HIP's
+    third field is a build number, not the ROCm patch level, so only two fields are trusted."""
+    hip = platform.hip_version()
+    return tuple(hip[:2]) if hip else None
+
+
+def _arch() -> str | None:
+    """GPU 0's gfx arch, or None when no GPU is visible (CPU-only node preparing a launch)."""
+    try:
+        return platform.device_info(0).arch
+    except Exception:  # no device: the arch-specific gates are then not checked
+        return None
 
 
 def as_rccl_config(cfg: Any) -> RcclConfig:
@@ -149,6 +185,8 @@ def _canonical(name: str, value: Any) -> str:
             else (registry.ALGO_TOKENS + registry.ALGO_TOKENS_OTHER)
         )
         toks = registry.parse_token_list(value, field=name, allowed=allowed)
+        if registry.is_per_collective(str(value)):
+            return ";".join(toks)
         return ("^" if toks[0] == "^" else "") + ",".join(t for t in toks if t != "^")
     if name == "debug":
         return str(value).upper()
@@ -258,28 +296,46 @@ def validate_rccl_config(cfg: RcclConfig, *, plat: Platform | None = None) -> li
     return warnings
 
 
+def _unknown_gate_versions(name: str, have: registry.Versions) -> list[str]:
+    """Names of the components whose version ``name``'s gates need but ``have`` lacks."""
+    return sorted(
+        registry.COMPONENT_NAMES[c] for c in registry.gate_components(name) if have.of(c) is None
+    )
+
+
 def _gate(env: dict[str, str], plat: Platform, warnings: list[str]) -> dict[str, str]:
+    """Drop the knobs the running RCCL/ROCm/PyTorch does not read (each with a warning)."""
     out: dict[str, str] = {}
+    have = plat.versions()
     for name, value in env.items():
         if name.startswith("RCCL_") and plat.rocm is False:
             warnings.append(f"{name} skipped: read only by RCCL; this is an NVIDIA NCCL build")
             continue
-        entry = registry.lookup(name)
-        gated = entry is not None and (entry.min_version or entry.removed_in)
-        if gated and plat.rocm:
-            problem = registry.version_problem(name, plat.version)
-            if problem:
-                warnings.append(f"{problem}: not set")
+        collective = name.startswith(("NCCL_", "RCCL_"))
+        if registry.is_gated(name) and (plat.rocm or not collective):
+            problems = registry.gate_problems(name, have)
+            if problems:
+                warnings.append(f"{problems[0]}: not set")
                 continue
-            if plat.version is None:
-                warnings.append(f"{name}: RCCL version unknown, cannot check its version gate; set")
-        elif gated and plat.rocm is None:
+            missing = _unknown_gate_versions(name, have)
+            if missing:
+                warnings.append(
+                    f"{name}: {'/'.join(missing)} version unknown, cannot check its version gate; set"
+                )
+        elif registry.is_gated(name) and collective and plat.rocm is None:
             warnings.append(
                 f"{name}: RCCL version unknown (no RCCL in this build, e.g. CPU); its "
                 "version gate is not checked; set anyway"
             )
         out[name] = value
     return out
+
+
+def _flight_recorder_names(pg: dict[str, Any], torch_version: tuple[int, ...]) -> dict[str, Any]:
+    """Rename the TORCH_FR_* variables to the ones PyTorch <= 2.7 reads (it ignores TORCH_FR_*)."""
+    if tuple(torch_version) >= FR_NAMES_SINCE:
+        return pg
+    return {_OLD_FR_NAMES.get(k, k): v for k, v in pg.items()}
 
 
 def plan_rccl_env(
@@ -308,18 +364,32 @@ def plan_rccl_env(
     if not collective_only:
         pg = {var: getattr(cfg, name) for name, var in PG_FIELDS.items()}
         pg["TORCH_FR_DUMP_TEMP_FILE"] = flight_recorder_prefix(cfg, run_dir)
-        if platform.torch_version() < (2, 7):
-            pg = {_OLD_FR_NAMES.get(k, k): v for k, v in pg.items()}
+        pg = _flight_recorder_names(pg, plat.torch_version or platform.torch_version())
         env.update({k: _fmt(v) for k, v in pg.items() if v is not None})
     if cfg.protocol is not None or cfg.algorithm is not None:
         warns.append(
-            "NCCL_PROTO/NCCL_ALGO set: RCCL's own MI300 protocol/algorithm heuristic is "
-            "disabled (leave them unset unless a sweep shows a gain)"
+            "NCCL_PROTO/NCCL_ALGO set: they narrow RCCL's tuner to the listed choices (leave them "
+            "unset unless a sweep on this machine shows a gain)"
         )
+    warns += _per_collective_warnings(cfg, plat)
     env = _gate(env, plat, warns)
     if warnings is not None:
         warnings.extend(warns)
     return env
+
+
+def _per_collective_warnings(cfg: RcclConfig, plat: Platform) -> list[str]:
+    """The per-collective NCCL_PROTO/NCCL_ALGO form on an RCCL too old to read it."""
+    out = []
+    for name in ("protocol", "algorithm"):
+        value = getattr(cfg, name)
+        if value is None or not registry.is_per_collective(str(value)) or not plat.rocm:
+            continue
+        if plat.version is not None:
+            problem = registry.PER_COLLECTIVE_GATE.problem(f"rccl.{name}={value!r}", plat.version)
+            if problem:
+                out.append(problem)
+    return out
 
 
 def flight_recorder_prefix(cfg: Any, run_dir: str | os.PathLike[str] | None) -> str | None:
@@ -358,7 +428,7 @@ def environment_findings(
     plat = plat or Platform.detect()
     warnings: list[str] = []
     for finding in registry.check_environment(
-        dict(environ), rccl_version=plat.version, rocm=plat.rocm
+        dict(environ), versions=plat.versions(), rocm=plat.rocm
     ):
         if finding.severity == "error":
             raise ValueError(f"environment: {finding.message}")

@@ -1,8 +1,9 @@
 """RCCL/NCCL + process-group schema (Hydra group ``rccl``; presets in ``configs/rccl/``).
 
-Every field left at ``None`` sets nothing: RCCL keeps its own choice. That is deliberate — setting
-``NCCL_PROTO`` or ``NCCL_ALGO`` *at all* disables RCCL's own MI300 AllReduce heuristic (LL/Tree up to
-~2.2 MB, Simple/Ring above), so the ``default`` preset leaves them unset. Only measured settings
+Every field left at ``None`` sets nothing: RCCL keeps its own choice. That is deliberate — ``NCCL_PROTO``
+and ``NCCL_ALGO`` narrow RCCL's tuner to the listed choices (one protocol for all sizes loses at one
+end), so the ``default`` preset leaves them unset. RCCL 2.21.5's one hard-coded AllReduce rule that they
+bypass runs only on the 16-GCD MI250 topology model, not on MI300X. Only measured settings
 (``python -m rocmtrain rccl-tests sweep``) belong in a preset. Applied by
 :func:`rocmtrain.comms.rccl.apply_rccl_config` in every rank before the process group exists;
 ``python -m rocmtrain rccl=mi300x_8gpu rccl.force=true ...`` selects a preset from the command line.
@@ -19,22 +20,26 @@ class RcclConfig:
 
     # -- protocol / algorithm (unset = RCCL's own tuning model) --
     protocol: str | None = None
-    """``NCCL_PROTO``: comma list of LL, LL128, Simple (case-insensitive), leading ``^`` = all except.
-    None leaves RCCL's heuristic in charge (recommended unless a sweep says otherwise)."""
+    """``NCCL_PROTO``: comma list of LL, LL128, Simple (case-insensitive), leading ``^`` = all except;
+    per collective ``"allreduce:simple;broadcast:ll"`` with RCCL/NCCL >= 2.24.3. None leaves RCCL's
+    tuner in charge (recommended unless a sweep says otherwise)."""
     algorithm: str | None = None
-    """``NCCL_ALGO``: Ring or Tree on AMD (comma list, ``^`` allowed). None = RCCL decides."""
+    """``NCCL_ALGO``: Ring or Tree on AMD (comma list, ``^`` allowed; per collective
+    ``"allreduce:tree;broadcast:ring"`` with RCCL/NCCL >= 2.24.3). None = RCCL decides."""
     override_protocol: str | None = None
     """``RCCL_OVERRIDE_PROTO`` (RCCL >= 2.26.6): forces one protocol outright (LL, LL128, Simple)."""
     override_algorithm: str | None = None
     """``RCCL_OVERRIDE_ALGO`` (RCCL >= 2.26.6): forces one algorithm outright (Ring, Tree)."""
     ll128_force_enable: bool | None = None
-    """``RCCL_LL128_FORCE_ENABLE``: LL128 is on by default only on gfx90a (RCCL 2.21.5) and on gfx942
-    from ROCm 6.4.2."""
+    """``RCCL_LL128_FORCE_ENABLE``: RCCL 2.21.5 enables LL128 only on gfx90a nodes whose topology model
+    does (16 GCDs + 8 NICs) or when forced; on gfx942 the flag does nothing before ROCm 6.4.2 (skipped
+    there with a warning)."""
 
     # -- channels, buffers, thresholds --
     min_channels: int | None = None
-    """``NCCL_MIN_NCHANNELS`` (AMD: 112 for MI300X end-to-end runs, 32 with fewer than 8 GPUs). Setting
-    it bypasses RCCL's own MI300X channel model (RCCL >= 2.26.6)."""
+    """``NCCL_MIN_NCHANNELS`` (AMD: 112 for MI300X end-to-end runs on 8 GPUs; RCCL 2.21.5 already applies
+    its own MI300X minimums for 2 and 4 ranks). Setting it bypasses RCCL's own MI300X channel model
+    (RCCL >= 2.26.6)."""
     max_channels: int | None = None
     """``NCCL_MAX_NCHANNELS``."""
     buffsize_bytes: int | None = None
@@ -53,11 +58,15 @@ class RcclConfig:
 
     # -- MSCCL / memory --
     msccl_enable: bool | None = None
-    """``RCCL_MSCCL_ENABLE`` (AMD images set 0). Removed in RCCL 2.28.3: ignored there (warned)."""
+    """``RCCL_MSCCL_ENABLE`` (AMD images set 0). Removed with MSCCL in RCCL 2.28.3, listed under ROCm
+    7.13 (ROCm 7.11-7.13 all ship 2.28.3): skipped with a warning from ROCm 7.13."""
     mscclpp_enable: bool | None = None
-    """``RCCL_MSCCLPP_ENABLE`` (AMD docs misspell it ``RCCL_ENABLE_MSCCLPP``)."""
+    """``RCCL_MSCCLPP_ENABLE`` (AMD docs misspell it ``RCCL_ENABLE_MSCCLPP``). MSCCL++ is off at build
+    time since RCCL 2.27.7 / ROCm 7.1.0 and the variable was removed in RCCL 2.28.3: skipped from ROCm
+    7.1."""
     cumem_enable: bool | None = None
-    """``NCCL_CUMEM_ENABLE`` (ignored by RCCL 2.21.5; must be 1 on Broadcom Thor2 with ROCm >= 7.1)."""
+    """``NCCL_CUMEM_ENABLE`` (ignored by RCCL 2.21.5). A Broadcom Thor2 requirement for it is
+    unverified: no preset sets it."""
 
     # -- network (multi-node) --
     ib_hca: str | None = None
@@ -77,7 +86,7 @@ class RcclConfig:
 
     # -- debug --
     debug: str | None = None
-    """``NCCL_DEBUG``: VERSION, WARN, INFO or TRACE."""
+    """``NCCL_DEBUG``: NONE (documented since RCCL 2.27.7), VERSION, WARN, INFO, ABORT or TRACE."""
     debug_subsys: str | None = None
     """``NCCL_DEBUG_SUBSYS``, e.g. ``"INIT,COLL"``."""
     debug_file: str | None = None
@@ -115,11 +124,11 @@ class RcclConfig:
     desync_debug: bool | None = None
     """``TORCH_NCCL_DESYNC_DEBUG``: names the culprit rank of a desync."""
     flight_recorder_entries: int = 2000
-    """``TORCH_FR_BUFFER_SIZE`` (old name ``TORCH_NCCL_TRACE_BUFFER_SIZE``): collectives remembered per
-    rank; 0 disables the flight recorder."""
+    """``TORCH_FR_BUFFER_SIZE`` on PyTorch >= 2.8, ``TORCH_NCCL_TRACE_BUFFER_SIZE`` before (2.7 reads only
+    that name): collectives remembered per rank; 0 disables the flight recorder."""
     dump_on_timeout: bool = True
     """``TORCH_NCCL_DUMP_ON_TIMEOUT``: write the flight recorder when a collective times out."""
     flight_recorder_dump_prefix: str | None = None
-    """``TORCH_FR_DUMP_TEMP_FILE`` (old ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``): dump path prefix, the rank
-    is appended. None: ``<run_dir>/flight_recorder/rank_`` when a run directory is known. Analyse with
+    """``TORCH_FR_DUMP_TEMP_FILE`` on PyTorch >= 2.8, ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` before: dump path
+    prefix, the rank is appended. None: ``<run_dir>/flight_recorder/rank_`` when a run directory is known. Analyse with
     ``torchfrtrace DIR --prefix rank_``."""

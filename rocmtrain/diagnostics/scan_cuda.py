@@ -135,6 +135,91 @@ def _grid_sync(code: str) -> Iterator[Hit]:
             yield m.start(), f"{name}.sync()"
 
 
+# a lane count spelled as a constant: #define NAME 32, const/constexpr [type] NAME = 32 / NAME{32}
+_CONST_32 = (
+    r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+\(?32[uU]?\)?[ \t]*$",
+    r"\b(?:constexpr|const)\s+(?:(?:static|unsigned|signed|long|short|int|uint32_t|int32_t|"
+    r"uint64_t|int64_t|size_t|auto)\s+)*(\w+)\s*(?:=\s*32[uUlL]*|\{\s*32[uUlL]*\s*\})\s*(?=[;,)]|$)",
+)
+_WARPISH = re.compile(r"warp|lane|wave|wavefront|simd", re.IGNORECASE)
+_ASSERTS = r"assert|static_assert|_Static_assert|HIP_ASSERT|CUDA_ASSERT|assert_\w+"
+_WS_CMP_32 = re.compile(
+    r"(?:\bwarpSize\s*[!=]=\s*32[uU]?\b|\b32[uU]?\s*[!=]=\s*(?:\w+\s*(?:\.|->)\s*)?warpSize\b)"
+)
+
+
+def _constants_32(code: str) -> dict[str, int]:
+    """Names defined as 32 (``#define WARP_SIZE 32``, ``const int kWarp = 32;``) → definition offset."""
+    out: dict[str, int] = {}
+    for pattern in _CONST_32:
+        for m in re.finditer(pattern, code, re.MULTILINE):
+            out.setdefault(m.group(1), m.start(1))
+    return out
+
+
+def _shuffle_widths(code: str) -> Iterator[tuple[int, str]]:
+    """(offset, text) of the width argument of each ``__shfl*`` call that passes one."""
+    for off, callee, args in _calls(code, r"__shfl\w*"):
+        n_args = 4 if callee.endswith("_sync") else 3
+        if len(args) >= n_args and args[n_args - 1]:
+            width = args[n_args - 1]
+            yield code.find(width, off), width
+
+
+def _for_conditions(code: str) -> Iterator[tuple[int, str]]:
+    """(offset, text) of the condition of each ``for (init; cond; step)`` head."""
+    for m in re.finditer(r"\bfor\s*\(", code):
+        end = matching(code, m.end() - 1)
+        head = code[m.end() : end - 1]
+        parts = head.split(";")
+        if len(parts) == 3:
+            yield m.end() + len(parts[0]) + 1, parts[1]
+
+
+def _lane_constant_uses(code: str) -> Iterator[Hit]:
+    """A lane count hard-coded to 32 used as a shuffle width, loop bound or mask size.
+
+    Any constant (or a literal 32) passed as a shuffle width counts; as a loop bound or shift only
+    constants with a warp/lane/wave name do, so ``const int kTile = 32`` loops stay silent.
+    """
+    consts = _constants_32(code)
+    warpish = [n for n in consts if _WARPISH.search(n)]
+    for off, width in _shuffle_widths(code):
+        if width in consts or re.fullmatch(r"32[uU]?", width):
+            yield off, f"shuffle width {width} = 32"
+    for name in warpish:
+        word = re.compile(rf"\b{re.escape(name)}\b")
+        for off, cond in _for_conditions(code):
+            for m in word.finditer(cond):
+                yield off + m.start(), f"loop bound {name} = 32"
+        for m in re.finditer(rf"<<\s*\(?\s*{re.escape(name)}\b", code):
+            yield m.start() + m.group(0).index(name), f"mask size 1 << {name} (= 32)"
+
+
+def _assert_spans(code: str) -> list[tuple[int, int]]:
+    spans = []
+    for m in re.finditer(rf"\b(?:{_ASSERTS})\s*\(", code):
+        spans.append((m.start(), matching(code, m.end() - 1)))
+    return spans
+
+
+def _warpsize_compares(code: str, *, in_assert: bool) -> Iterator[Hit]:
+    """``warpSize == 32`` / ``!= 32`` comparisons, inside (or outside) an assert."""
+    spans = _assert_spans(code)
+    for m in _WS_CMP_32.finditer(code):
+        inside = any(a <= m.start() < b for a, b in spans)
+        if inside is in_assert:
+            yield m.start(), m.group(0)
+
+
+def _warpsize_compare_hits(code: str) -> Iterator[Hit]:
+    return _warpsize_compares(code, in_assert=False)
+
+
+def _warpsize_assert_hits(code: str) -> Iterator[Hit]:
+    return _warpsize_compares(code, in_assert=True)
+
+
 RULES: tuple[Rule, ...] = (
     Rule(
         "warp-size-literal",
@@ -147,6 +232,33 @@ RULES: tuple[Rule, ...] = (
             rf"\b{_THREADISH}\s*(?:%\s*32|&\s*(?:31|0x1[fF])|/\s*32|>>\s*5)\b",
             r"\blane\w*\s*<\s*32\b",
         ),
+    ),
+    Rule(
+        "warpsize-compare-32",
+        "warning",
+        "warpSize compared with 32: false on every CDNA GPU (MI100/MI200/MI300 are wave64), so the "
+        "wave32 branch never runs there (or the != 32 branch always does)",
+        "write the code for any wave size (size from warpSize), or branch on warpSize == 64 and test "
+        "both paths",
+        finder=_warpsize_compare_hits,
+    ),
+    Rule(
+        "warpsize-assert-32",
+        "error",
+        "assert on warpSize == 32 fails on every CDNA GPU (wave64): the kernel or program aborts",
+        "remove the assert and make the code wave-size agnostic (warpSize, __ballot as uint64_t), or "
+        "accept 64 as well",
+        finder=_warpsize_assert_hits,
+    ),
+    Rule(
+        "warp-constant-32",
+        "warning",
+        "lane count hard-coded to 32 (#define / const / constexpr) used as a shuffle width, loop bound "
+        "or mask size: on CDNA (wave64) lanes 32-63 are skipped, shuffled in the wrong segment or "
+        "masked out",
+        "derive it from warpSize in device code (props.warp_size on the host), or define it per arch "
+        "(64 under __GFX9__); masks of 64 lanes need uint64_t",
+        finder=_lane_constant_uses,
     ),
     Rule(
         "warpsize-constexpr",
@@ -267,8 +379,11 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "smem-bank-padding",
         "info",
-        "shared-memory padding tuned for 32 banks ([32][33]); the LDS bank layout differs on CDNA",
-        "re-derive the padding for the target (measure LDS bank conflicts with rocprof)",
+        "shared-memory padding tuned for 32 banks ([32][33]): CDNA LDS also has 32 banks x 4 B, so it "
+        "still avoids conflicts for 32-bit accesses; what differs is wave64 (64-lane tiles) and how "
+        "wide 64/128-bit loads group lanes",
+        "keep it for 32-bit element access; re-derive the padding for wide loads and 64-lane tiles, "
+        "and measure LDS bank conflicts with rocprof",
         (r"__shared__[^;]*\[\s*(\w+)\s*\]\s*\[\s*(?:33|\1\s*\+\s*1)\s*\]",),
     ),
 )

@@ -36,7 +36,12 @@ class ArchCapabilities:
     """False where float atomics on fine-grained / host-coherent memory are a silent no-op (MI200):
     never point an atomic kernel at pinned host or ``hipMallocManaged`` fine-grained memory there."""
     xf32: bool = False
-    """TF32 (NVIDIA) / XF32 (AMD gfx942) fp32 GEMMs exist; ``allow_tf32`` is a no-op without them."""
+    """Reduced-precision fp32 GEMMs exist (NVIDIA TF32, AMD gfx942 XF32, gfx950 TF32 emulated with bf16
+    MFMAs in hipBLASLt): ``allow_tf32`` changes results there and is a no-op elsewhere."""
+    tf32_impl: str = "none"
+    """How ``allow_tf32`` GEMMs are computed: ``none`` (full fp32), ``tf32`` (NVIDIA tensor cores),
+    ``xf32`` (gfx942 MFMA), ``bf16-emulated`` (gfx950: several bf16 MFMAs per product in hipBLASLt,
+    ROCm/hipBLASLt PR #1806), so its error differs from TF32 and must be measured, not assumed."""
     reduced_precision_reduction_flags: str = "supported"
     """``allow_fp16/bf16_reduced_precision_reduction``: ``supported`` or ``unsupported`` (AMD's
     compatibility page marks them unsupported on ROCm: settable, no documented effect)."""
@@ -75,6 +80,7 @@ TABLE: dict[str, ArchCapabilities] = {
         "amd",
         {"fp32": "native", "fp16": "native", "bf16": "native"},
         xf32=True,
+        tf32_impl="xf32",
         reduced_precision_reduction_flags=_AMD_NO_RPR,
         min_rocm=(6, 0),
         notes="MI300: adds packed bf16 atomics; allow_tf32 maps to XF32 (error near bf16).",
@@ -83,10 +89,12 @@ TABLE: dict[str, ArchCapabilities] = {
         "gfx950",
         "amd",
         {"fp32": "native", "fp16": "native", "bf16": "native"},
-        xf32=False,
+        xf32=True,
+        tf32_impl="bf16-emulated",
         reduced_precision_reduction_flags=_AMD_NO_RPR,
         min_rocm=(7, 0),
-        notes="MI350: packed fp16/bf16 atomics; XF32 was dropped from CDNA4 (TF32 flags: fp32).",
+        notes="MI350: packed fp16/bf16 atomics; CDNA4 has no XF32 MFMA, but hipBLASLt emulates TF32 "
+        "with bf16 MFMAs (ROCm/hipBLASLt PR #1806), so allow_tf32 does change fp32 GEMMs.",
     ),
     "sm_70": ArchCapabilities(
         "sm_70", "nvidia", {"fp32": "native", "fp16": "native", "bf16": "cas"}, notes="V100"
@@ -96,6 +104,7 @@ TABLE: dict[str, ArchCapabilities] = {
         "nvidia",
         {"fp32": "native", "fp16": "native", "bf16": "cas"},
         xf32=True,
+        tf32_impl="tf32",
         notes="A100: TF32; bf16 atomicAdd is a CAS loop before sm_90.",
     ),
     "sm_90": ArchCapabilities(
@@ -103,6 +112,7 @@ TABLE: dict[str, ArchCapabilities] = {
         "nvidia",
         {"fp32": "native", "fp16": "native", "bf16": "native"},
         xf32=True,
+        tf32_impl="tf32",
         notes="H100/H200: native bf16 atomics.",
     ),
     "cpu": ArchCapabilities(

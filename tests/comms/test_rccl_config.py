@@ -13,7 +13,7 @@ from rocmtrain.config.rccl import RcclConfig
 
 REPO = Path(__file__).resolve().parents[2]
 ROCM_OLD = Platform(rocm=True, version=(2, 21, 5))  # ROCm 6.3
-ROCM_NEW = Platform(rocm=True, version=(2, 28, 3))
+ROCM_NEW = Platform(rocm=True, version=(2, 28, 3), rocm_version=(7, 13, 0))
 CPU = Platform(rocm=None, version=None)
 CUDA = Platform(rocm=False, version=(2, 27, 7))
 
@@ -46,7 +46,7 @@ def test_invalid_values_fail_before_launch_with_field_value_and_allowed_set() ->
     for part in ["rccl.protocol='LL,Fast': unknown token 'Fast'", "LL, LL128, Simple",
                  "rccl.algorithm='Ring,Star'", "rccl.min_channels=64 > rccl.max_channels=8",
                  "rccl.override_protocol='LL,Simple': give exactly one",
-                 "rccl.debug='LOUD': allowed values are VERSION, WARN, INFO, ABORT, TRACE",
+                 "rccl.debug='LOUD': allowed values are NONE, VERSION, WARN, INFO, ABORT, TRACE",
                  "rccl.extra_env.NCCL_PROTO='LL': use the typed field rccl.protocol"]:  # fmt: skip
         assert part in msg, part
 
@@ -64,10 +64,11 @@ def test_version_gates() -> None:
     old = plan_rccl_env(cfg, plat=ROCM_OLD, collective_only=True, warnings=warns)
     assert old == {"RCCL_MSCCL_ENABLE": "0"}
     assert sum("needs RCCL >= 2.26.6" in w for w in warns) == 2
+    assert any("RCCL_MSCCL_ENABLE: ROCm version unknown" in w for w in warns)
     warns.clear()
     new = plan_rccl_env(cfg, plat=ROCM_NEW, collective_only=True, warnings=warns)
     assert new == {"RCCL_OVERRIDE_PROTO": "LL", "RCCL_OVERRIDE_ALGO": "Tree"}
-    assert any("removed in RCCL 2.28.3" in w for w in warns)
+    assert any("RCCL_MSCCL_ENABLE was removed in ROCm 7.13" in w for w in warns)
     warns.clear()
     cpu = plan_rccl_env(cfg, plat=CPU, collective_only=True, warnings=warns)
     assert set(cpu) == {"RCCL_OVERRIDE_PROTO", "RCCL_OVERRIDE_ALGO", "RCCL_MSCCL_ENABLE"}
@@ -80,7 +81,8 @@ def test_version_gates() -> None:
 def test_heuristic_warning_when_protocol_is_set() -> None:
     warns: list[str] = []
     plan_rccl_env(RcclConfig(protocol="Simple"), plat=ROCM_OLD, warnings=warns)
-    assert any("MI300 protocol/algorithm heuristic is disabled" in w for w in warns)
+    assert any("narrow RCCL's tuner" in w for w in warns)
+    assert not any("MI300" in w and "heuristic" in w for w in warns)
 
 
 def test_apply_user_wins_then_force(tmp_path: Path, caplog) -> None:

@@ -76,8 +76,8 @@ def test_token_parsing() -> None:
 def test_version_gates() -> None:
     assert "needs RCCL >= 2.26.6" in version_problem("RCCL_OVERRIDE_PROTO", (2, 21, 5))
     assert version_problem("RCCL_OVERRIDE_PROTO", (2, 26, 6)) is None
-    assert "removed in RCCL 2.28.3" in version_problem("RCCL_MSCCL_ENABLE", (2, 28, 3))
-    assert version_problem("RCCL_MSCCL_ENABLE", (2, 27, 7)) is None
+    # gated on ROCm, not RCCL: ROCm 7.11-7.13 all ship RCCL 2.28.3
+    assert version_problem("RCCL_MSCCL_ENABLE", (2, 28, 3)) is None
     assert version_problem("RCCL_OVERRIDE_ALGO", None) is None
     (f,) = check_environment({"RCCL_OVERRIDE_ALGO": "Tree"}, rccl_version=(2, 22, 3), rocm=True)
     assert f.severity == "warning" and "2.26.6" in f.message

@@ -4,7 +4,8 @@ Text form: one ``GPU: N`` section per device, then ``SECTION:`` headers and ``KE
 by indentation. Fields are found by section and key name (``ASIC.MARKET_NAME``, ``ASIC.DEVICE_ID``,
 ``ASIC.TARGET_GRAPHICS_VERSION``, ``VRAM.SIZE``, ``USAGE.GFX_ACTIVITY``, ``POWER.SOCKET_POWER``,
 ``TEMPERATURE.HOTSPOT``/``EDGE``, ``MEM_USAGE.TOTAL_VRAM``), so any subset of sections parses.
-A ``[output truncated]`` line is reported as a warning.
+A ``[output truncated]`` line is reported as a warning, and so is a ``GPU: N`` section cut before any
+field the parser reads; a JSON list cut mid-object keeps the per-GPU objects that are complete.
 
 JSON form: a list of per-GPU objects (``[{"gpu": 0, "asic": {...}, "vram": {...}}]``), an object with
 ``"gpu_data"``, or a bare ``vram`` object as printed by ``amd-smi static --json | jq '.[0]["vram"]'``.
@@ -116,16 +117,48 @@ def _parse_text(lines: list[str]) -> ParseResult:
     for idx, body in sections:
         rec = DeviceRecord(index=idx)
         _fill(rec, _nest(body), result.warnings)
+        if _is_empty(rec):
+            result.warnings.append(
+                f"GPU {idx}: no field read from its section (cut short, or a section the parser does "
+                "not use); only its index is known"
+            )
         result.devices.append(rec)
     return result
 
 
+def _is_empty(rec: DeviceRecord) -> bool:
+    """True when nothing but the index was read for ``rec``."""
+    return all(v is None for k, v in vars(rec).items() if k != "index")
+
+
+def _complete_items(text: str) -> list[Any]:
+    """The complete ``{...}`` items at the start of a JSON list that was cut mid-way."""
+    decoder = json.JSONDecoder()
+    items: list[Any] = []
+    pos = text.find("[") + 1
+    while 0 < pos < len(text):
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        try:
+            item, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            break
+        items.append(item)
+    return items
+
+
 def _parse_json(text: str) -> ParseResult:
+    result = ParseResult()
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ParseError(f"amd-smi JSON is not valid JSON: {e}") from None
-    result = ParseResult()
+        data = _complete_items(text) if text.lstrip().startswith("[") else []
+        if not data or not all(isinstance(x, dict) for x in data):
+            raise ParseError(f"amd-smi JSON is not valid JSON: {e}") from None
+        result.warnings.append(
+            f"amd-smi JSON is cut short ({e.msg} at char {e.pos}; truncated paste?): read the "
+            f"{len(data)} complete GPU object(s)"
+        )
     if isinstance(data, dict) and "gpu_data" in data:
         data = data["gpu_data"]
     if isinstance(data, dict) and "size" in data and ("type" in data or "vendor" in data):

@@ -13,6 +13,10 @@ Key/value form (``rocm-smi --showpower``, ``--showtemp``, ``--showproductname``,
 
 JSON form (``rocm-smi ... --json``): ``{"card0": {"Card series": ..., ...}}``; key names are matched
 case-insensitively ("Card series" and "Card Series" both occur in the wild).
+
+Pasted outputs are often cut: a table without its closing ``====`` line, a row cut short (terminal
+width), a ``GPU[i]`` line cut mid-key, JSON cut mid-object. Those give the devices that were complete
+enough to read plus a warning saying what is missing; only text with nothing to read is an error.
 """
 
 from __future__ import annotations
@@ -77,6 +81,20 @@ def _label_role(label: str) -> str | None:
     return None
 
 
+def _cut_row_warning(
+    rec: DeviceRecord, line: str, starts: list[int], labels: list[str]
+) -> str | None:
+    """A warning when a table row ends before the header's last column (cut at the terminal width)."""
+    end = len(line.rstrip())
+    missing = [lab for start, lab in zip(starts, labels, strict=True) if start >= end]
+    if not missing:
+        return None
+    return (
+        f"GPU {rec.index}: row cut short (truncated paste?): no value for {', '.join(missing)}; "
+        "the last value read may be incomplete"
+    )
+
+
 def _parse_concise(lines: list[str], hi: int) -> ParseResult:
     header = _columns(lines[hi])
     starts = [c[0] for c in header]
@@ -92,9 +110,13 @@ def _parse_concise(lines: list[str], hi: int) -> ParseResult:
     if "temp" not in roles.values() and "power" not in roles.values():
         raise ParseError(f"rocm-smi table header has no Temp/Power column: {labels}")
     result = ParseResult()
+    closed = False
     for line in lines[first:]:
         stripped = line.strip()
-        if not stripped or stripped.startswith("=") or stripped.startswith("End of ROCm SMI"):
+        if stripped.startswith("=") or stripped.startswith("End of ROCm SMI"):
+            closed = closed or bool(result.devices)
+            continue
+        if not stripped:
             continue
         if not re.match(r"^\s*\d+\s", line + " "):
             if result.devices and result.devices[-1].name is None:
@@ -102,6 +124,9 @@ def _parse_concise(lines: list[str], hi: int) -> ParseResult:
             continue
         cells = [" ".join(c) for c in _assign(_columns(line), starts, len(line))]
         rec = DeviceRecord(index=int(cells[0].split()[0]))
+        cut = _cut_row_warning(rec, line, starts, labels)
+        if cut:
+            result.warnings.append(cut)
         for i, role in roles.items():
             value = cells[i]
             if role and is_na(value):
@@ -119,7 +144,14 @@ def _parse_concise(lines: list[str], hi: int) -> ParseResult:
                 rec.device_id = hex_id(value)
         result.devices.append(rec)
     if not result.devices:
-        raise ParseError("rocm-smi table has a header but no device rows")
+        raise ParseError(
+            "rocm-smi table has a header but no device rows (output cut before the first row?)"
+        )
+    if not closed:
+        result.warnings.append(
+            f"rocm-smi table ends without its closing '====' line (truncated paste?): read "
+            f"{len(result.devices)} device row(s); later GPUs may be missing"
+        )
     return result
 
 
@@ -147,6 +179,9 @@ def _apply_key(rec: DeviceRecord, key: str, value: object, warnings: list[str]) 
         rec.util_pct = first_float(value)
 
 
+_GPU_PREFIX = re.compile(r"^\s*GPU\[(\d+)\]")
+
+
 def _parse_keyvalue(lines: list[str]) -> ParseResult:
     by_index: dict[int, DeviceRecord] = {}
     warnings: list[str] = []
@@ -156,14 +191,39 @@ def _parse_keyvalue(lines: list[str]) -> ParseResult:
             idx = int(m.group(1))
             rec = by_index.setdefault(idx, DeviceRecord(index=idx))
             _apply_key(rec, m.group(2), m.group(3), warnings)
+        elif (cut := _GPU_PREFIX.match(line)) and line.strip():
+            warnings.append(
+                f"GPU {cut.group(1)}: line cut short (truncated paste?), skipped: {line.strip()!r}"
+            )
     return ParseResult(devices=[by_index[i] for i in sorted(by_index)], warnings=warnings)
+
+
+def _complete_cards(text: str) -> dict[str, object]:
+    """The ``"cardN": {...}`` objects of a JSON text cut mid-way that still decode completely."""
+    decoder = json.JSONDecoder()
+    cards: dict[str, object] = {}
+    for m in re.finditer(r'"(card\d+)"\s*:\s*', text):
+        try:
+            value, _ = decoder.raw_decode(text, m.end())
+        except json.JSONDecodeError:
+            continue
+        cards[m.group(1)] = value
+    return cards
 
 
 def _parse_json(text: str) -> ParseResult:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ParseError(f"rocm-smi JSON is not valid JSON: {e}") from None
+        data = _complete_cards(text)
+        if not data:
+            raise ParseError(f"rocm-smi JSON is not valid JSON: {e}") from None
+        result = _parse_json(json.dumps(data))
+        result.warnings.append(
+            f"rocm-smi JSON is cut short ({e.msg} at char {e.pos}; truncated paste?): read the "
+            f"{len(data)} complete card object(s) {', '.join(data)}"
+        )
+        return result
     if not isinstance(data, dict):
         raise ParseError("rocm-smi JSON must be an object keyed by 'card0', 'card1', ...")
     result = ParseResult()

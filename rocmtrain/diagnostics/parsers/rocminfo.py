@@ -4,6 +4,9 @@
 (``Cache Info``, ``Pool Info`` → ``Pool k``, ``ISA Info``). GPU agents (``Device Type: GPU``) become
 devices numbered 0, 1, ... in order (the HIP device order); CPU agents are skipped. Fields are found by
 key name, so trimmed blocks (the LUMI excerpt has no pools) parse with ``None`` for what is missing.
+A pasted excerpt whose ``Agent N`` header line was cut off still counts: an agent-level ``Name:`` line
+(indent <= 2) with no header above it, or a second one inside the same block, starts a new agent, and
+its ``Device Type: GPU`` / ``Name: gfx942`` lines decide whether it is a GPU (with a warning).
 
     Name: gfx942             → gfx_arch          Chip ID: 29857(0x74a1) → device_id "0x74a1"
     Marketing Name: ...      → name              Wavefront Size: 64(0x40) → wave_size
@@ -27,15 +30,26 @@ from rocmtrain.platform import normalize_gfx_arch
 
 _AGENT = re.compile(r"^\s*Agent\s+(\d+)\s*$")
 _KV = re.compile(r"^(\s*)([^:]+?)\s*:+\s*(.*?)\s*$")
+_AGENT_NAME = re.compile(r"^[ \t]{0,2}Name:\s*\S")
+#: label of an agent whose ``Agent N`` header line is missing from the pasted text
+NO_HEADER = "?"
+
+
+def _has_agent_name(block: list[str]) -> bool:
+    return any(_AGENT_NAME.match(line) for line in block)
 
 
 def _blocks(lines: list[str]) -> list[tuple[str, list[str]]]:
+    """``(agent number, lines)`` per agent; a headerless agent (trimmed paste) gets :data:`NO_HEADER`."""
     blocks: list[tuple[str, list[str]]] = []
     for line in lines:
         m = _AGENT.match(line)
         if m:
             blocks.append((m.group(1), []))
-        elif blocks:
+            continue
+        if _AGENT_NAME.match(line) and (not blocks or _has_agent_name(blocks[-1][1])):
+            blocks.append((NO_HEADER, []))
+        if blocks:
             blocks[-1][1].append(line)
     return blocks
 
@@ -68,7 +82,8 @@ def parse_rocminfo(text: str) -> ParseResult:
     blocks = _blocks(lines)
     if not blocks:
         raise ParseError(
-            "not rocminfo output: no 'Agent N' blocks found (run `rocminfo` and save its full output)"
+            "not rocminfo output: no 'Agent N' blocks and no agent 'Name:' lines found "
+            "(run `rocminfo` and save its full output)"
         )
     result = ParseResult()
     for agent_no, block in blocks:
@@ -93,6 +108,11 @@ def parse_rocminfo(text: str) -> ParseResult:
             if "GLOBAL" in seg and "COARSE" in seg:
                 rec.vram_total_bytes = to_bytes(pool.get("Size"))
                 break
+        if agent_no == NO_HEADER:
+            result.warnings.append(
+                f"GPU {rec.index} ({name}): its 'Agent N' header line is missing (trimmed paste?); "
+                "counted from its Name / Device Type lines, so the HIP device order may be off"
+            )
         if rec.name is None:
             result.warnings.append(f"agent {agent_no} (GPU {rec.index}): empty Marketing Name")
         if rec.vram_total_bytes is None:
