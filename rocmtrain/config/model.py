@@ -18,6 +18,7 @@ POOLINGS = ("sum", "mean")
 EMBEDDING_OPTIMIZERS = ("adagrad", "rowwise_adagrad", "sgd", "adam")
 DENSE_OPTIMIZERS = ("adagrad", "sgd", "adam")
 DENSE_OPTIMIZER_IMPLS = ("auto", "for_loop", "foreach", "fused")
+EMBEDDING_OUTPUT_DTYPES = ("fp32", "bf16", "fp16")
 
 
 @dataclass
@@ -71,6 +72,15 @@ class ModelConfig:
     Where the policy keeps the interaction in fp32 (autocast off inside it) this does nothing."""
     embedding_optimizer: str = "adagrad"
     """Fused (in-backward) optimizer of the embedding tables: adagrad, rowwise_adagrad, sgd, adam."""
+    embedding_output_dtype: str = "fp32"
+    """dtype of the pooled embeddings the embedding kernel writes (FBGEMM's and rocmtrain's TBE
+    ``output_dtype``): ``fp32``, ``bf16`` or ``fp16``. The kernel sums a bag in fp32 and rounds
+    the sum once; the gradient of the pooled output comes back in the same dtype (the table update
+    itself is fp32). ``bf16`` halves the bytes of the ``[B, F*D]`` pooled output, of its gradient
+    and of the concat into the interaction (at DLRM-DCNv2 sizes ~0.9 GB each per step); autocast
+    would round them to bf16 at the first GEMM anyway, but without ``dcn_autocast_residual`` the
+    cross net's fp32 ``x_0`` then holds bf16 values, and the embedding gradients carry 8 mantissa
+    bits. The tables' own dtype is unchanged."""
     embedding_lr: float = 0.05
     """Learning rate of the embedding optimizer."""
     embedding_eps: float = 1e-8
@@ -107,8 +117,9 @@ class ModelConfig:
         check_choice("model.pooling", self.pooling, POOLINGS)
         check_choice("model.embedding_optimizer", self.embedding_optimizer, EMBEDDING_OPTIMIZERS)
         check_choice("model.dense_optimizer", self.dense_optimizer, DENSE_OPTIMIZERS)
+        check_choice("model.dense_optimizer_impl", self.dense_optimizer_impl, DENSE_OPTIMIZER_IMPLS)
         check_choice(
-            "model.dense_optimizer_impl", self.dense_optimizer_impl, DENSE_OPTIMIZER_IMPLS
+            "model.embedding_output_dtype", self.embedding_output_dtype, EMBEDDING_OUTPUT_DTYPES
         )
         rows = self.num_embeddings_per_feature
         if not rows or any(n < 1 for n in rows):

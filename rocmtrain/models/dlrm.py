@@ -146,6 +146,24 @@ def apply_embedding_optimizer(module: nn.Module, cfg: ModelConfig) -> None:
     for sub in module.modules():
         if isinstance(sub, EmbeddingBagCollection):
             apply_optimizer_in_backward(cls, sub.parameters(), kwargs)
+            if cfg.embedding_output_dtype != "fp32":
+                _set_output_dtype(sub, cfg.embedding_output_dtype)
+
+
+def _set_output_dtype(ebc: nn.Module, dtype: str) -> None:
+    """Ask the embedding kernel for pooled outputs of ``dtype`` (``model.embedding_output_dtype``).
+
+    TorchRec merges each table parameter's in-backward optimizer kwargs into the kernel's
+    ``fused_params`` when it shards the table, so that is where ``output_dtype`` goes. It is added
+    after ``apply_optimizer_in_backward``, which builds the optimizer from the same kwargs and
+    would reject an unknown one.
+    """
+    from fbgemm_gpu.split_embedding_configs import SparseType
+
+    sparse = {"bf16": SparseType.BF16, "fp16": SparseType.FP16}[dtype]
+    for param in ebc.parameters():
+        kwargs = param._optimizer_kwargs  # type: ignore[attr-defined]
+        kwargs[-1] = {**kwargs[-1], "output_dtype": sparse}
 
 
 def dense_optimizer(params, cfg: ModelConfig) -> torch.optim.Optimizer:

@@ -59,6 +59,7 @@ if [ "$MODE" = gpu ]; then
   FRESH_WORKERS=12; FRESH_BATCHES=40; FRESH_VAL=4
   RT_COMMON=(trainer=gpu strategy.backend=nccl)
   ANCHOR_DEV=()
+  EMB_LOW=bf16
 else
   NGPU=2  # two gloo ranks stand in for two GPUs
   GB=256; ROWS_CAP=2000; WARMUP=2; SYNC=2; TRAIN_BATCHES=6; VAL_BATCHES=1; CACHE=2
@@ -66,6 +67,7 @@ else
   FRESH_WORKERS=1; FRESH_BATCHES=6; FRESH_VAL=1
   RT_COMMON=(trainer=cpu strategy.backend=gloo)
   ANCHOR_DEV=(--cpu)
+  EMB_LOW=fp16  # FBGEMM's CPU embedding kernel writes no bf16 output; fp16 takes the same path
   export TRITON_INTERPRET=1  # kernel=triton stages run rocmtrain's Triton TBE in the interpreter
 fi
 export E2E_WARMUP_STEPS=$WARMUP E2E_SYNC_EVERY=$SYNC
@@ -129,7 +131,7 @@ row = dict(name=name, kind=kind, gpus=int(gpus), status=status, rc=int(rc), seco
 open(path, "a").write(json.dumps(row) + "\n")
 EOF
   # free the GPUs of any straggler of this stage before the next one
-  sleep 2
+  sleep 1
   summarise
 }
 
@@ -179,7 +181,8 @@ fi
 #            interleaved with rocmtrain's, so every ratio has >= 3 readings a side
 #   rt_1gpu_fbgemm_bf16: the recipe as it is (its dense levers on)
 #   *_base:  the dense levers off (the recipe before them: only the cross net compiled);
-#   *_densec / *_fusedopt / *_bf16res: one lever on top of _base
+#   *_densec / *_bf16res / *_embbf16 / *_fusedopt: one lever on top of _base (compile_dense,
+#            dcn_autocast_residual, embedding_output_dtype=bf16, dense_optimizer_impl=fused)
 #   *_fresh: new planted-signal batches every step (DataLoader workers generate them; nothing to
 #            memorise): the convergence runs, anchor and rocmtrain on the same samples and seed;
 #            their rate is bound by host-side generation
@@ -192,7 +195,8 @@ FRESH=(data.cache_batches=0 data.resample_each_epoch=true "data.num_workers=$FRE
        "data.num_train_batches=$FRESH_BATCHES" "data.num_val_batches=$FRESH_VAL" trainer.max_epochs=3)
 ANCHOR_FRESH=(--fresh-epochs 3 --steps "$FRESH_BATCHES" --val-batches "$FRESH_VAL"
               --workers "$FRESH_WORKERS")
-LEVERS_OFF=(model.compile_dense=false model.dcn_autocast_residual=false model.dense_optimizer_impl=auto)
+LEVERS_OFF=(model.compile_dense=false model.dcn_autocast_residual=false model.dense_optimizer_impl=auto
+            model.embedding_output_dtype=fp32)
 RT_FIT=(kernel=fbgemm "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}")
 # throughput stages skip validation (its graphs would be compiled too, for nothing)
 RT=("${RT_FIT[@]}" trainer.limit_val_batches=0)
@@ -212,6 +216,7 @@ anchor anchor_1gpu_bf16_compiled_fresh 1 "${A1[@]}" --compile "${ANCHOR_FRESH[@]
 rocm rt_1gpu_fbgemm_bf16_fresh 1 "${RT_FIT[@]}" "${FRESH[@]}"
 swapin swapin_1gpu_bf16 1
 swapin swapin_1gpu_bf16_compiled 1 --compile
+rocm rt_1gpu_fbgemm_bf16_embbf16 1 "${RT[@]}" "${LEVERS_OFF[@]}" "model.embedding_output_dtype=$EMB_LOW"
 rocm rt_1gpu_fbgemm_bf16_fusedopt 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.dense_optimizer_impl=fused
 rocm rt_1gpu_fbgemm_bf16_eager 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.compile_interaction=false
 rocm rt_2gpu_fbgemm_bf16 2 "${RT[@]}"

@@ -9,7 +9,7 @@ seconds, command, result=<json path>, run_dir). Anchor results come from
 ``anchor_<n>gpu_<prec>[_<variant>]`` / ``rt_<n>gpu_<kernel>_<prec>[_<variant>]`` /
 ``swapin_<n>gpu_<prec>[_<variant>]``, then ``_r<k>`` for the k-th repeat of the same stage
 (variants: ``compiled`` = anchor/swap-in with the DCN cross net compiled in place, ``base`` = the
-dense levers off, ``densec``/``fusedopt``/``bf16res`` = one lever on, ``nopipe`` = no input
+dense levers off, ``densec``/``bf16res``/``embbf16``/``fusedopt`` = one lever on, ``nopipe`` = no input
 pipeline, ``lean`` = optional callbacks off, ``fresh`` = new batches every step (the convergence
 run)).
 
@@ -247,6 +247,7 @@ def _lever_lines(grouped: dict[str, dict[str, Any]]) -> list[str]:
     out = ["## Dense levers (1 GPU, bf16; against `_base` = the levers off)", ""]
     for name, what in (
         ("rt_1gpu_fbgemm_bf16_densec", "model.compile_dense=true"),
+        ("rt_1gpu_fbgemm_bf16_embbf16", "model.embedding_output_dtype=bf16"),
         ("rt_1gpu_fbgemm_bf16_fusedopt", "model.dense_optimizer_impl=fused"),
         ("rt_1gpu_fbgemm_bf16_bf16res", "model.dcn_autocast_residual=true"),
         ("rt_1gpu_fbgemm_bf16", "all together (the recipe)"),

@@ -192,3 +192,29 @@ def test_config_rejects_unknown_impl() -> None:
 
     with pytest.raises(ConfigError, match="dense_optimizer_impl"):
         _cfg(dense_optimizer_impl="fast").validate()
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_embedding_output_dtype_reaches_the_kernels_fused_params(dtype: str) -> None:
+    """TorchRec merges each table's in-backward optimizer kwargs into its kernel's fused_params;
+    rocmtrain's kernel options accept what lands there."""
+    from fbgemm_gpu.split_embedding_configs import SparseType
+
+    from rocmtrain.embedding.params import tbe_options
+    from rocmtrain.models.dlrm import apply_embedding_optimizer
+
+    cfg = _cfg(embedding_output_dtype=dtype, embedding_optimizer="rowwise_adagrad")
+    model = build_dlrm(cfg)
+    apply_embedding_optimizer(model, cfg)
+    want = {"bf16": SparseType.BF16, "fp16": SparseType.FP16}[dtype]
+    params = list(model.sparse_arch.parameters())
+    assert params and all(p._optimizer_kwargs[-1]["output_dtype"] == want for p in params)
+    assert all(p._optimizer_kwargs[-1]["lr"] == cfg.embedding_lr for p in params)
+    _, extra = tbe_options({"optimizer": "rowwise_adagrad", **params[0]._optimizer_kwargs[-1]})
+    assert extra["output_dtype"] == {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    # fp32 (the default) leaves the kwargs alone
+    plain = build_dlrm(_cfg())
+    apply_embedding_optimizer(plain, _cfg())
+    assert all(
+        "output_dtype" not in p._optimizer_kwargs[-1] for p in plain.sparse_arch.parameters()
+    )
