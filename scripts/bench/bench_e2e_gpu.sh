@@ -176,7 +176,9 @@ else
   SMALL=(); ANCHOR_SMALL=(); PIPE=()
 fi
 
-# Stages in priority order (the budget cuts from the end).
+# Stages in priority order (the budget cuts from the end): first what the targets need (the
+# tuned-anchor/rocmtrain pair three times, the recipe with its levers off, the convergence pair,
+# the swap-in pair), then each lever on its own, then the older stages.
 #   anchor_*_compiled: the tuned anchor (DCN cross net compiled in place); _r2/_r3: repeats,
 #            interleaved with rocmtrain's, so every ratio has >= 3 readings a side
 #   rt_1gpu_fbgemm_bf16: the recipe as it is (its dense levers on)
@@ -206,8 +208,6 @@ anchor anchor_1gpu_bf16_compiled 1 "${A1[@]}" --compile \
   --profile-dir "$WORK/runs/anchor_1gpu_bf16_compiled/profile"
 rocm rt_1gpu_fbgemm_bf16 1 "${RT[@]}" "${PROF[@]}" "${SYNCS[@]}"
 rocm rt_1gpu_fbgemm_bf16_base 1 "${RT[@]}" "${LEVERS_OFF[@]}" "${PROF[@]}"
-rocm rt_1gpu_fbgemm_bf16_densec 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.compile_dense=true
-rocm rt_1gpu_fbgemm_bf16_bf16res 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.dcn_autocast_residual=true
 anchor anchor_1gpu_bf16_compiled_r2 1 "${A1[@]}" --compile
 rocm rt_1gpu_fbgemm_bf16_r2 1 "${RT[@]}"
 anchor anchor_1gpu_bf16_compiled_r3 1 "${A1[@]}" --compile
@@ -216,6 +216,8 @@ anchor anchor_1gpu_bf16_compiled_fresh 1 "${A1[@]}" --compile "${ANCHOR_FRESH[@]
 rocm rt_1gpu_fbgemm_bf16_fresh 1 "${RT_FIT[@]}" "${FRESH[@]}"
 swapin swapin_1gpu_bf16 1
 swapin swapin_1gpu_bf16_compiled 1 --compile
+rocm rt_1gpu_fbgemm_bf16_densec 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.compile_dense=true
+rocm rt_1gpu_fbgemm_bf16_bf16res 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.dcn_autocast_residual=true
 rocm rt_1gpu_fbgemm_bf16_embbf16 1 "${RT[@]}" "${LEVERS_OFF[@]}" "model.embedding_output_dtype=$EMB_LOW"
 rocm rt_1gpu_fbgemm_bf16_fusedopt 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.dense_optimizer_impl=fused
 rocm rt_1gpu_fbgemm_bf16_eager 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.compile_interaction=false
