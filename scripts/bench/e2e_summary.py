@@ -337,6 +337,7 @@ def plot_convergence(rows: list[dict[str, Any]], path: Path) -> str:
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         return "(matplotlib missing: no convergence.png)"
     fig = Figure(figsize=(11, 4))
@@ -354,6 +355,7 @@ def plot_convergence(rows: list[dict[str, Any]], path: Path) -> str:
             ax_auc.plot(range(1, len(r["val_auc"]) + 1), r["val_auc"], marker="o", label=label)
     ax_loss.set(xlabel="step", ylabel="train loss (BCE, running mean)", title="train loss")
     ax_auc.set(xlabel="epoch", ylabel="val AUC", title="val AUC after each epoch")
+    ax_auc.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in (ax_loss, ax_auc):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
