@@ -17,6 +17,8 @@ INTERACTIONS = ("dot", "dcn")
 POOLINGS = ("sum", "mean")
 EMBEDDING_OPTIMIZERS = ("adagrad", "rowwise_adagrad", "sgd", "adam")
 DENSE_OPTIMIZERS = ("adagrad", "sgd", "adam")
+DENSE_OPTIMIZER_IMPLS = ("auto", "for_loop", "foreach", "fused")
+EMBEDDING_OUTPUT_DTYPES = ("fp32", "bf16", "fp16")
 
 
 @dataclass
@@ -52,8 +54,33 @@ class ModelConfig:
     more in backward): at ``B = 65536`` that is most of a DLRM-DCNv2 step on an H200. Inductor fuses
     them into one kernel per layer and direction, with the same dtypes (fp32 math and storage;
     GEMMs unchanged). Costs a one-time compile (tens of seconds) and a C++ compiler on CPU."""
+    compile_dense: bool = False
+    """``torch.compile`` the whole dense model in place: the bottom MLP, the interaction (the DCN
+    cross net, or the dot interaction) and the top MLP, each as one static-shape graph. Beyond
+    ``compile_interaction`` this fuses each MLP layer's bias/ReLU (and their backward) into fewer
+    passes and lets Inductor pick the GEMM epilogues. The compiled parts are the modules inside the
+    precision-policy groups (``dense_arch.model``, ``inter_arch.crossnet``, ``over_arch.model``;
+    the dot interaction itself), so fp32 islands stay outside the graphs and parameter names and
+    state-dict keys do not change. Includes ``compile_interaction``. The loss (BCE on ``[B]``
+    logits) stays eager: it is one pass over B values. Costs a one-time compile per part."""
+    dcn_autocast_residual: bool = False
+    """DCN only: under autocast (mixed precision with ``precision.policy.interaction=autocast``),
+    carry the cross net's residual stream ``x_0``, ``x_l`` in the autocast dtype (bf16) instead of
+    fp32. Each cross layer ``x_0 * (W V x_l + b) + x_l`` then reads and writes half the bytes, and
+    the activations saved for backward are half the size; the GEMMs are unchanged (bf16 inputs,
+    fp32 accumulation). Costs bf16 rounding of the residual sum (8-bit mantissa) once per layer.
+    Where the policy keeps the interaction in fp32 (autocast off inside it) this does nothing."""
     embedding_optimizer: str = "adagrad"
     """Fused (in-backward) optimizer of the embedding tables: adagrad, rowwise_adagrad, sgd, adam."""
+    embedding_output_dtype: str = "fp32"
+    """dtype of the pooled embeddings the embedding kernel writes (FBGEMM's and rocmtrain's TBE
+    ``output_dtype``): ``fp32``, ``bf16`` or ``fp16``. The kernel sums a bag in fp32 and rounds
+    the sum once; the gradient of the pooled output comes back in the same dtype (the table update
+    itself is fp32). ``bf16`` halves the bytes of the ``[B, F*D]`` pooled output, of its gradient
+    and of the concat into the interaction (at DLRM-DCNv2 sizes ~0.9 GB each per step); autocast
+    would round them to bf16 at the first GEMM anyway, but without ``dcn_autocast_residual`` the
+    cross net's fp32 ``x_0`` then holds bf16 values, and the embedding gradients carry 8 mantissa
+    bits. The tables' own dtype is unchanged."""
     embedding_lr: float = 0.05
     """Learning rate of the embedding optimizer."""
     embedding_eps: float = 1e-8
@@ -62,6 +89,14 @@ class ModelConfig:
     """Optimizer of the dense (MLP) parameters: adagrad, sgd, adam."""
     dense_lr: float = 0.05
     """Learning rate of the dense optimizer."""
+    dense_optimizer_impl: str = "auto"
+    """Implementation of the dense optimizer step (``torch.optim``'s ``foreach``/``fused`` flags;
+    same update rule): ``auto`` = PyTorch's choice (``foreach`` for GPU tensors, a per-parameter
+    loop on CPU); ``for_loop`` = one small kernel set per parameter; ``foreach`` = multi-tensor
+    kernels over all dense parameters, one per elementwise op; ``fused`` = one multi-tensor kernel
+    for the whole update. Where this PyTorch has no fused kernel for the optimizer and device
+    (fused Adagrad on CUDA arrived after some 2.x releases) ``fused`` runs ``foreach`` and logs a
+    warning."""
     auc_num_thresholds: int | None = None
     """Bins of the validation AUROC (torchmetrics ``thresholds``); ``null`` = exact AUC (keeps
     all predictions in memory: fine for CPU-sized validation sets, use e.g. 10000 on GPUs)."""
@@ -82,6 +117,10 @@ class ModelConfig:
         check_choice("model.pooling", self.pooling, POOLINGS)
         check_choice("model.embedding_optimizer", self.embedding_optimizer, EMBEDDING_OPTIMIZERS)
         check_choice("model.dense_optimizer", self.dense_optimizer, DENSE_OPTIMIZERS)
+        check_choice("model.dense_optimizer_impl", self.dense_optimizer_impl, DENSE_OPTIMIZER_IMPLS)
+        check_choice(
+            "model.embedding_output_dtype", self.embedding_output_dtype, EMBEDDING_OUTPUT_DTYPES
+        )
         rows = self.num_embeddings_per_feature
         if not rows or any(n < 1 for n in rows):
             raise ConfigError(

@@ -14,15 +14,20 @@ attached with ``apply_optimizer_in_backward`` so TorchRec fuses it into the TBE 
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import nn
 from torchrec.models.dlrm import DLRM, DLRM_DCN
+from torchrec.modules.crossnet import LowRankCrossNet
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
 from rocmtrain.config.model import ModelConfig
+
+log = logging.getLogger(__name__)
 
 
 def feature_names(num_features: int) -> list[str]:
@@ -67,10 +72,54 @@ def build_dlrm(cfg: ModelConfig, *, dense_device: torch.device | None = None) ->
         model = DLRM_DCN(
             **common, dcn_num_layers=cfg.dcn_num_layers, dcn_low_rank_dim=cfg.dcn_low_rank_dim
         )
-        if cfg.compile_interaction:
+        if cfg.dcn_autocast_residual:
+            model.inter_arch.crossnet.__class__ = AutocastResidualCrossNet
+        if cfg.compile_interaction and not cfg.compile_dense:
             compile_crossnet(model.inter_arch.crossnet)
-        return model
-    return DLRM(**common)
+    else:
+        model = DLRM(**common)
+    if cfg.compile_dense:
+        compile_dense(model)
+    return model
+
+
+def compile_dense(model: nn.Module) -> None:
+    """``torch.compile`` the ``forward`` of the bottom MLP, the interaction and the top MLP in place.
+
+    The ``forward`` methods are compiled, not the modules' calls: the precision policy's fp32
+    islands are forward hooks on exactly these modules and stay outside the graphs (autocast is
+    switched around the compiled code, which Dynamo then sees as a constant), and no module is
+    wrapped, so parameter names, state-dict keys and TorchRec's pipeline tracing (these modules
+    hold no sharded table, so it treats them as leaves) do not change. Static shapes: one graph per
+    batch size, grad mode and autocast state.
+    """
+    for part in (model.dense_arch, model.inter_arch, model.over_arch):
+        part.forward = torch.compile(part.forward, dynamic=False)
+
+
+class AutocastResidualCrossNet(LowRankCrossNet):
+    """TorchRec's ``LowRankCrossNet`` whose residual stream runs in the autocast dtype.
+
+    Same parameters and state dict (the class of a built cross net is swapped, nothing is copied).
+    Eager TorchRec computes ``x_0 * (W V x_l + b) + x_l`` with an fp32 ``x_0``/``x_l`` and bias, so
+    under autocast every cross layer casts ``x_l`` to bf16 for its GEMM and does its elementwise
+    work and saves its activations in fp32. Here ``x_0`` and the bias are cast once and ``x_l``
+    stays bf16: the same GEMMs, half the elementwise bytes. Without autocast it is TorchRec's
+    forward.
+    """
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        device = input.device.type
+        if not torch.is_autocast_enabled(device):
+            return super().forward(input)
+        dtype = torch.get_autocast_dtype(device)
+        x_0 = input.to(dtype)
+        x_l = x_0
+        for layer in range(self._num_layers):
+            x_l_v = nn.functional.linear(x_l, self.V_kernels[layer])
+            x_l_w = nn.functional.linear(x_l_v, self.W_kernels[layer])
+            x_l = x_0 * (x_l_w + self.bias[layer].to(dtype)) + x_l
+        return x_l
 
 
 def compile_crossnet(crossnet: nn.Module) -> None:
@@ -97,15 +146,69 @@ def apply_embedding_optimizer(module: nn.Module, cfg: ModelConfig) -> None:
     for sub in module.modules():
         if isinstance(sub, EmbeddingBagCollection):
             apply_optimizer_in_backward(cls, sub.parameters(), kwargs)
+            if cfg.embedding_output_dtype != "fp32":
+                _set_output_dtype(sub, cfg.embedding_output_dtype)
+
+
+def _set_output_dtype(ebc: nn.Module, dtype: str) -> None:
+    """Ask the embedding kernel for pooled outputs of ``dtype`` (``model.embedding_output_dtype``).
+
+    TorchRec merges each table parameter's in-backward optimizer kwargs into the kernel's
+    ``fused_params`` when it shards the table, so that is where ``output_dtype`` goes. It is added
+    after ``apply_optimizer_in_backward``, which builds the optimizer from the same kwargs and
+    would reject an unknown one.
+    """
+    from fbgemm_gpu.split_embedding_configs import SparseType
+
+    sparse = {"bf16": SparseType.BF16, "fp16": SparseType.FP16}[dtype]
+    for param in ebc.parameters():
+        kwargs = param._optimizer_kwargs  # type: ignore[attr-defined]
+        kwargs[-1] = {**kwargs[-1], "output_dtype": sparse}
 
 
 def dense_optimizer(params, cfg: ModelConfig) -> torch.optim.Optimizer:
-    """The regular optimizer of the dense (MLP) parameters."""
+    """The regular optimizer of the dense (MLP) parameters (``model.dense_optimizer_impl``)."""
+    params = list(params)
     if cfg.dense_optimizer == "adagrad":
-        return torch.optim.Adagrad(params, lr=cfg.dense_lr)
-    if cfg.dense_optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.dense_lr)
-    return torch.optim.SGD(params, lr=cfg.dense_lr)
+        cls, kwargs = torch.optim.Adagrad, {"lr": cfg.dense_lr}
+    elif cfg.dense_optimizer == "adam":
+        cls, kwargs = torch.optim.Adam, {"lr": cfg.dense_lr}
+    else:
+        cls, kwargs = torch.optim.SGD, {"lr": cfg.dense_lr}
+    impl = cfg.dense_optimizer_impl
+    if impl == "fused" and params and not _has_fused_kernel(cls, params[0].device):
+        log.warning(
+            "model.dense_optimizer_impl=fused: torch %s has no fused %s kernel for %s; "
+            "running foreach",
+            torch.__version__,
+            cls.__name__,
+            params[0].device.type,
+        )
+        impl = "foreach"
+    if impl == "fused":
+        kwargs["fused"] = True
+    elif impl in ("foreach", "for_loop"):
+        kwargs["foreach"] = impl == "foreach"
+    return cls(params, **kwargs)
+
+
+_FUSED_SUPPORT: dict[tuple[type, str], bool] = {}
+
+
+def _has_fused_kernel(cls: type, device: torch.device) -> bool:
+    """Whether ``cls(fused=True)`` can step on ``device`` (one 1-element step, cached): the
+    constructor accepts ``fused=True`` for any device PyTorch has some fused optimizer for, and
+    a missing kernel only shows at the first step."""
+    key = (cls, device.type)
+    if key not in _FUSED_SUPPORT:
+        p = torch.zeros(1, device=device, requires_grad=True)
+        p.grad = torch.ones(1, device=device)
+        try:
+            cls([p], lr=0.1, fused=True).step()
+            _FUSED_SUPPORT[key] = True
+        except (RuntimeError, NotImplementedError, TypeError):
+            _FUSED_SUPPORT[key] = False
+    return _FUSED_SUPPORT[key]
 
 
 def pooling_factors(cfg: ModelConfig) -> dict[str, float]:

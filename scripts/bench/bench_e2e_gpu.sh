@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# End-to-end GPU benchmark (issue 9) in ONE command: plain TorchRec anchor vs `python -m rocmtrain`
-# (recipe dlrm_dcnv2_h200: DLRM-DCNv2, 26 tables D=128 MLPerf multi-hot, rows capped at 10 M,
-# global batch 65536, synthetic planted-signal data), 1 and 2 GPUs, kernel=fbgemm and kernel=triton,
-# bf16 (interaction under autocast) and fp32, plus a torch.profiler breakdown and val AUC per epoch.
+# End-to-end GPU benchmark in ONE command: plain TorchRec anchors (eager, and the DCN cross net
+# compiled in place: the tuned anchor) vs `python -m rocmtrain` (recipe dlrm_dcnv2_h200:
+# DLRM-DCNv2, 26 tables D=128 MLPerf multi-hot, rows capped at 10 M, global batch 65536,
+# synthetic planted-signal data) and a user's own LightningModule with the strategy swapped in.
+# First the 1-GPU bf16 suite: the tuned-anchor/rocmtrain pair three times (interleaved), each
+# dense lever on its own, the convergence pair (new batches every step), the swap-in pair; then
+# the older stages (2 GPUs, kernel=triton, fp32, ...) as the budget allows.
 #
-#   scripts/bench/bench_e2e_gpu.sh                 # 2xH200 (or 1 GPU: the 2-GPU stages are skipped)
-#   scripts/bench/bench_e2e_gpu.sh --cpu-smoke     # tiny tables, gloo, 2 CPU ranks: tests the logic
+#   scripts/bench/bench_e2e_gpu.sh                 # 1 or 2 H200 (2-GPU stages skipped on 1)
+#   scripts/bench/bench_e2e_gpu.sh --cpu-smoke     # tiny tables, gloo, CPU ranks: tests the logic
 #
 # Options: --out DIR (default $OUT or ./e2e_out; results go to DIR/e2e/), --budget-s S (default 540:
 # stages that would not fit are skipped and listed), --only a,b (stage names).
-# Every stage runs under `timeout`; after each stage DIR/e2e/{summary.md,results.json} are
-# rewritten, so a partial run still reports. DIR/e2e/logs.tar.gz holds every stage's log and the
-# small files of every run dir (throughput.json, monitor/step_stats.json, profile/top_kernels*.md).
+# Every stage runs under `timeout`; after each stage DIR/e2e/{summary.md,results.json,
+# convergence.png} are rewritten, so a partial run still reports. DIR/e2e/logs.tar.gz holds every
+# stage's log and the small files of every run dir (throughput.json, monitor/step_stats.json,
+# profile/top_kernels*.md).
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -25,7 +29,7 @@ while [ $# -gt 0 ]; do
     --out) OUT_DIR=$2; shift ;;
     --budget-s) BUDGET=$2; shift ;;
     --only) ONLY=$2; shift ;;
-    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
     *) echo "bench_e2e_gpu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -48,18 +52,22 @@ log() { echo "[e2e $(date -u +%H:%M:%S) +$(( $(date +%s) - T_START ))s] $*" | te
 
 if [ "$MODE" = gpu ]; then
   NGPU=$($PY -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
-  GB=65536; ROWS_CAP=10000000; WARMUP=15; SYNC=5; TRAIN_BATCHES=35; VAL_BATCHES=2; CACHE=4
-  ANCHOR_STEPS=50; STAGE_T=170
+  # steps are cheap (~30 ms); a stage's time is its start-up (imports, tables, compile), so each
+  # stage trains one epoch: 15 warm-up steps (compile, pipeline fill, profile) + 30 timed
+  GB=65536; ROWS_CAP=10000000; WARMUP=15; SYNC=5; TRAIN_BATCHES=45; VAL_BATCHES=1; CACHE=4
+  ANCHOR_STEPS=30; STAGE_T=150
   FRESH_WORKERS=12; FRESH_BATCHES=40; FRESH_VAL=4
   RT_COMMON=(trainer=gpu strategy.backend=nccl)
   ANCHOR_DEV=()
+  EMB_LOW=bf16
 else
   NGPU=2  # two gloo ranks stand in for two GPUs
   GB=256; ROWS_CAP=2000; WARMUP=2; SYNC=2; TRAIN_BATCHES=6; VAL_BATCHES=1; CACHE=2
-  ANCHOR_STEPS=4; STAGE_T=240
+  ANCHOR_STEPS=4; STAGE_T=300
   FRESH_WORKERS=1; FRESH_BATCHES=6; FRESH_VAL=1
   RT_COMMON=(trainer=cpu strategy.backend=gloo)
   ANCHOR_DEV=(--cpu)
+  EMB_LOW=fp16  # FBGEMM's CPU embedding kernel writes no bf16 output; fp16 takes the same path
   export TRITON_INTERPRET=1  # kernel=triton stages run rocmtrain's Triton TBE in the interpreter
 fi
 export E2E_WARMUP_STEPS=$WARMUP E2E_SYNC_EVERY=$SYNC
@@ -81,7 +89,8 @@ summarise() {
     --env "$E2E/env.txt" >> "$LOGS/summary.log" 2>&1 || log "summariser failed (see logs/summary.log)"
 }
 
-# run_stage NAME KIND GPUS TIMEOUT CMD...   KIND=anchor (result json = $WORK/NAME.json) | rocmtrain
+# run_stage NAME KIND GPUS TIMEOUT CMD...   KIND=anchor (result json = $WORK/NAME.json) |
+# rocmtrain | swapin (result json = $WORK/runs/NAME/throughput.json)
 run_stage() {
   local name=$1 kind=$2 gpus=$3 tmo=$4; shift 4
   if [ -n "$ONLY" ] && [[ ",$ONLY," != *",$name,"* ]]; then return 0; fi
@@ -122,7 +131,7 @@ row = dict(name=name, kind=kind, gpus=int(gpus), status=status, rc=int(rc), seco
 open(path, "a").write(json.dumps(row) + "\n")
 EOF
   # free the GPUs of any straggler of this stage before the next one
-  sleep 2
+  sleep 1
   summarise
 }
 
@@ -135,6 +144,15 @@ anchor() {  # anchor NAME GPUS [extra args]
     --out "$WORK/$name.json" "$@"
 }
 
+swapin() {  # swapin NAME GPUS [extra args]: the user-style module with strategy="torchrec"
+  local name=$1 gpus=$2; shift 2
+  local dev=(--batch-size "$GB" --rows-cap "$ROWS_CAP")
+  [ "$MODE" = cpu ] && dev=(--cpu-smoke)
+  run_stage "$name" swapin "$gpus" "$STAGE_T" \
+    $PY "$ROOT/scripts/bench/swapin_user_module.py" "${dev[@]}" --warmup "$WARMUP" \
+    --steps "$ANCHOR_STEPS" --sync-every "$SYNC" --out-dir "$WORK/runs/$name" "$@"
+}
+
 rocm() {  # rocm NAME GPUS [overrides]
   local name=$1 gpus=$2; shift 2
   run_stage "$name" rocmtrain "$gpus" "$STAGE_T" \
@@ -142,7 +160,7 @@ rocm() {  # rocm NAME GPUS [overrides]
     trainer.devices="$gpus" "data.batch_size=\${per_rank_batch:$GB}" \
     model.max_rows_per_table="$ROWS_CAP" data.num_train_batches="$TRAIN_BATCHES" \
     data.num_val_batches="$VAL_BATCHES" data.cache_batches="$CACHE" data.pin_memory=true \
-    trainer.max_epochs=2 trainer.progress_bar=false checkpoint=off monitor.png=false \
+    trainer.max_epochs=1 trainer.progress_bar=false checkpoint=off monitor.png=false \
     run_dir="$WORK/runs/$name" "$@"
 }
 
@@ -158,26 +176,58 @@ else
   SMALL=(); ANCHOR_SMALL=(); PIPE=()
 fi
 
-# Stages in priority order (the budget cuts from the end).
-#   *_eager: model.compile_interaction=false (the recipe compiles the DCN cross net)
-#   *_lean:  the optional callbacks off (grad health, device monitor, watchdog): what they cost
+# Stages in priority order (the budget cuts from the end): first what the targets need (the
+# tuned-anchor/rocmtrain pair three times, the recipe with its levers off, the convergence pair,
+# the swap-in pair), then each lever on its own, then the older stages.
+#   anchor_*_compiled: the tuned anchor (DCN cross net compiled in place); _r2/_r3: repeats,
+#            interleaved with rocmtrain's, so every ratio has >= 3 readings a side
+#   rt_1gpu_fbgemm_bf16: the recipe as it is (its dense levers on)
+#   *_base:  the dense levers off (the recipe before them: only the cross net compiled);
+#   *_densec / *_bf16res / *_embbf16 / *_fusedopt: one lever on top of _base (compile_dense,
+#            dcn_autocast_residual, embedding_output_dtype=bf16, dense_optimizer_impl=fused)
 #   *_fresh: new planted-signal batches every step (DataLoader workers generate them; nothing to
-#            memorise): the convergence run; its rate is bound by host-side generation
+#            memorise): the convergence runs, anchor and rocmtrain on the same samples and seed;
+#            their rate is bound by host-side generation
+#   swapin_*: a user's own LightningModule around torchrec's DLRMTrain with strategy="torchrec"
+#   *_eager: model.compile_interaction=false and the levers off (the DCN cross net eager)
+#   *_lean:  the optional callbacks off (grad health, device monitor, watchdog): what they cost
 LEAN=(precision.grad_health.enabled=false monitor.enabled=false watchdog.enabled=false)
 SYNCS=(monitor.sync_report_steps=4 monitor.sync_report_start_step=9)
 FRESH=(data.cache_batches=0 data.resample_each_epoch=true "data.num_workers=$FRESH_WORKERS"
        "data.num_train_batches=$FRESH_BATCHES" "data.num_val_batches=$FRESH_VAL" trainer.max_epochs=3)
-anchor anchor_1gpu_bf16 1 --bf16 --profile-dir "$WORK/runs/anchor_1gpu_bf16/profile" "${ANCHOR_SMALL[@]}"
-rocm rt_1gpu_fbgemm_bf16 1 kernel=fbgemm "${BF16[@]}" "${PROF[@]}" "${SYNCS[@]}" "${SMALL[@]}" "${PIPE[@]}"
-rocm rt_1gpu_fbgemm_bf16_eager 1 kernel=fbgemm "${BF16[@]}" model.compile_interaction=false "${SMALL[@]}" "${PIPE[@]}"
-rocm rt_1gpu_fbgemm_bf16_lean 1 kernel=fbgemm "${BF16[@]}" "${LEAN[@]}" "${SMALL[@]}" "${PIPE[@]}"
-rocm rt_2gpu_fbgemm_bf16 2 kernel=fbgemm "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}"
-anchor anchor_2gpu_bf16 2 --bf16 "${ANCHOR_SMALL[@]}"
-rocm rt_1gpu_fbgemm_bf16_fresh 1 kernel=fbgemm "${BF16[@]}" "${FRESH[@]}" "${SMALL[@]}" "${PIPE[@]}"
+ANCHOR_FRESH=(--fresh-epochs 3 --steps "$FRESH_BATCHES" --val-batches "$FRESH_VAL"
+              --workers "$FRESH_WORKERS")
+LEVERS_OFF=(model.compile_dense=false model.dcn_autocast_residual=false model.dense_optimizer_impl=auto
+            model.embedding_output_dtype=fp32)
+RT_FIT=(kernel=fbgemm "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}")
+# throughput stages skip validation (its graphs would be compiled too, for nothing)
+RT=("${RT_FIT[@]}" trainer.limit_val_batches=0)
+A1=(--bf16 "${ANCHOR_SMALL[@]}")
+anchor anchor_1gpu_bf16 1 "${A1[@]}"
+anchor anchor_1gpu_bf16_compiled 1 "${A1[@]}" --compile \
+  --profile-dir "$WORK/runs/anchor_1gpu_bf16_compiled/profile"
+rocm rt_1gpu_fbgemm_bf16 1 "${RT[@]}" "${PROF[@]}" "${SYNCS[@]}"
+rocm rt_1gpu_fbgemm_bf16_base 1 "${RT[@]}" "${LEVERS_OFF[@]}" "${PROF[@]}"
+anchor anchor_1gpu_bf16_compiled_r2 1 "${A1[@]}" --compile
+rocm rt_1gpu_fbgemm_bf16_r2 1 "${RT[@]}"
+anchor anchor_1gpu_bf16_compiled_r3 1 "${A1[@]}" --compile
+rocm rt_1gpu_fbgemm_bf16_r3 1 "${RT[@]}"
+anchor anchor_1gpu_bf16_compiled_fresh 1 "${A1[@]}" --compile "${ANCHOR_FRESH[@]}"
+rocm rt_1gpu_fbgemm_bf16_fresh 1 "${RT_FIT[@]}" "${FRESH[@]}"
+swapin swapin_1gpu_bf16 1
+swapin swapin_1gpu_bf16_compiled 1 --compile
+rocm rt_1gpu_fbgemm_bf16_densec 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.compile_dense=true
+rocm rt_1gpu_fbgemm_bf16_bf16res 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.dcn_autocast_residual=true
+rocm rt_1gpu_fbgemm_bf16_embbf16 1 "${RT[@]}" "${LEVERS_OFF[@]}" "model.embedding_output_dtype=$EMB_LOW"
+rocm rt_1gpu_fbgemm_bf16_fusedopt 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.dense_optimizer_impl=fused
+rocm rt_1gpu_fbgemm_bf16_eager 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.compile_interaction=false
+rocm rt_2gpu_fbgemm_bf16 2 "${RT[@]}"
+anchor anchor_2gpu_bf16_compiled 2 "${A1[@]}" --compile
+rocm rt_1gpu_fbgemm_bf16_lean 1 "${RT[@]}" "${LEAN[@]}"
 rocm rt_1gpu_triton_bf16 1 kernel=triton "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}"
 rocm rt_2gpu_triton_bf16 2 kernel=triton "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}"
 rocm rt_1gpu_fbgemm_bf16_nopipe 1 kernel=fbgemm strategy.pipeline=none "${BF16[@]}" "${SMALL[@]}"
-anchor anchor_1gpu_fp32 1 "${ANCHOR_SMALL[@]}"
+anchor anchor_1gpu_fp32_compiled 1 --compile "${ANCHOR_SMALL[@]}"
 rocm rt_1gpu_fbgemm_fp32 1 kernel=fbgemm precision=fp32 "${SMALL[@]}" "${PIPE[@]}"
 
 # Small files of every run dir + all logs -> one archive.

@@ -2,13 +2,22 @@
 
     python scripts/bench/e2e_summary.py --stages WORK/stages.jsonl --out OUT/e2e [--mode gpu]
 
-``stages.jsonl``: one JSON object per stage (name, kind=anchor|rocmtrain, gpus, status, rc,
+``stages.jsonl``: one JSON object per stage (name, kind=anchor|rocmtrain|swapin, gpus, status, rc,
 seconds, command, result=<json path>, run_dir). Anchor results come from
-``e2e_torchrec_anchor.py --out``; rocmtrain results from ``<run_dir>/throughput.json``
+``e2e_torchrec_anchor.py --out``; rocmtrain and swap-in results from ``<run_dir>/throughput.json``
 (e2e_throughput.ThroughputCallback). Stage names encode the config:
-``anchor_<n>gpu_<prec>`` / ``rt_<n>gpu_<kernel>_<prec>[_<variant>]`` (variants: ``nopipe`` = no
-input pipeline, ``lean`` = optional callbacks off, ``fresh`` = new batches every step (the
-convergence run)). Profiles (``<run_dir>/profile/step_timeline*.json``) and sync reports
+``anchor_<n>gpu_<prec>[_<variant>]`` / ``rt_<n>gpu_<kernel>_<prec>[_<variant>]`` /
+``swapin_<n>gpu_<prec>[_<variant>]``, then ``_r<k>`` for the k-th repeat of the same stage
+(variants: ``compiled`` = anchor/swap-in with the DCN cross net compiled in place, ``base`` = the
+dense levers off, ``densec``/``bf16res``/``embbf16``/``fusedopt`` = one lever on, ``nopipe`` = no input
+pipeline, ``lean`` = optional callbacks off, ``fresh`` = new batches every step (the convergence
+run)).
+
+Repeats of a stage form a group (median, min-max). Every "vs anchor" figure is against the best
+anchor of the run: the anchor group (same GPUs and precision, not a convergence run) with the
+highest median rate; a group's ratio is given as its median over the best anchor's median and as
+a lower bound, its slowest reading over the anchor's fastest. ``convergence.png``: train loss per
+step and val AUC per epoch of the convergence runs (anchor and rocmtrain). Profiles (``<run_dir>/profile/step_timeline*.json``) and sync reports
 (``<run_dir>/syncs/syncs_rank0.md``) of any stage are summarised too. Missing or failed stages are
 listed with their status; the script never fails on partial data.
 """
@@ -23,7 +32,14 @@ from typing import Any
 
 TARGET_1GPU = 1.9e6  # samples/s: MLPerf Training v4.0 8xH200 DLRM-DCNv2 record, per GPU
 TARGET_SCALING = 1.85
-NAME = re.compile(r"(anchor|rt)_(\d)gpu(?:_(fbgemm|triton|torch))?_(bf16|fp32)(?:_([a-z]+))?$")
+TARGET_VS_TUNED = 1.2  # rocmtrain 1 GPU vs the best (tuned) anchor, lower bound
+TARGET_RATE = 2.5e6
+TARGET_AUC_GAP = 0.003
+NAME = re.compile(
+    r"(anchor|rt|swapin)_(\d)gpu(?:_(fbgemm|triton|torch))?_(bf16|fp32)(?:_([a-z0-9_]+))?$"
+)
+REPEAT = re.compile(r"^(.*)_r(\d+)$")
+IMPL = {"anchor": "plain TorchRec", "rocmtrain": "rocmtrain", "swapin": "user module + strategy"}
 
 
 def load_stages(path: Path) -> list[dict[str, Any]]:
@@ -44,17 +60,28 @@ def _read_json(path: str | None) -> dict[str, Any] | None:
         return None
 
 
+def split_repeat(name: str) -> tuple[str, int]:
+    """``rt_1gpu_fbgemm_bf16_r2`` -> (``rt_1gpu_fbgemm_bf16``, 2); no suffix = repeat 1."""
+    m = REPEAT.match(name)
+    return (m.group(1), int(m.group(2))) if m else (name, 1)
+
+
 def row_of(stage: dict[str, Any]) -> dict[str, Any]:
     """One table row: the stage plus its measured numbers (None where missing)."""
-    m = NAME.match(stage["name"])
+    group, repeat = split_repeat(stage["name"])
+    m = NAME.match(group)
+    variant = (m.group(5) or "") if m else ""
     row: dict[str, Any] = {
         "name": stage["name"],
-        "impl": "plain TorchRec" if stage["kind"] == "anchor" else "rocmtrain",
+        "group": group,
+        "repeat": repeat,
+        "kind": stage["kind"],
+        "impl": IMPL.get(stage["kind"], stage["kind"]),
         "gpus": stage.get("gpus"),
         "kernel": (m.group(3) if m and m.group(3) else "fbgemm"),
         "precision": m.group(4) if m else "?",
-        "variant": (m.group(5) or "") if m else "",
-        "pipeline": not (m and m.group(5) == "nopipe"),
+        "variant": variant,
+        "pipeline": variant != "nopipe",
         "status": stage.get("status"),
         "seconds": stage.get("seconds"),
         "command": stage.get("command"),
@@ -73,6 +100,8 @@ def row_of(stage: dict[str, Any]) -> dict[str, Any]:
             step_ms=doc.get("median_step_ms"),
             peak_mem_gib=doc.get("peak_mem_gib"),
             global_batch=doc.get("global_batch"),
+            val_auc=[h["val_auc"] for h in doc.get("history", []) if "val_auc" in h],
+            step_losses=doc.get("step_losses"),
         )
     else:
         peaks = doc.get("peak_mem_alloc_gib_per_rank") or []
@@ -85,6 +114,7 @@ def row_of(stage: dict[str, Any]) -> dict[str, Any]:
             train_auc=[h["train_auc"] for h in doc.get("history", []) if "train_auc" in h],
             measured_steps=doc.get("measured_steps"),
             final=doc.get("final"),
+            step_losses=doc.get("step_losses"),
         )
         if row["status"] == "ok" and not doc.get("final"):
             row["status"] = "partial"
@@ -101,18 +131,62 @@ def _fmt(x: float | None, spec: str = ".1f") -> str:
     return "—" if x is None else format(x, spec)
 
 
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def groups(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Repeats of one stage: ``{group: {rates, median, min, max, n, peak_mem_gib, rows}}``."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        g = out.setdefault(r["group"], {"rows": [], "rates": [], "peaks": []})
+        g["rows"].append(r)
+        if r["samples_per_s"]:
+            g["rates"].append(r["samples_per_s"])
+        if r["peak_mem_gib"] is not None:
+            g["peaks"].append(r["peak_mem_gib"])
+    for g in out.values():
+        rates = g["rates"]
+        g.update(
+            n=len(rates),
+            median=_median(rates) if rates else None,
+            min=min(rates) if rates else None,
+            max=max(rates) if rates else None,
+            peak_mem_gib=max(g["peaks"]) if g["peaks"] else None,
+        )
+    return out
+
+
+def best_anchor(
+    rows: list[dict[str, Any]], gpus: int | None, precision: str, grouped=None
+) -> str | None:
+    """The anchor group (same GPUs and precision, not a convergence run) of highest median."""
+    grouped = grouped or groups(rows)
+    names = {
+        r["group"]
+        for r in rows
+        if r["kind"] == "anchor"
+        and r["gpus"] == gpus
+        and r["precision"] == precision
+        and "fresh" not in r["variant"]
+    }
+    names = [n for n in names if grouped[n]["median"]]
+    return max(names, key=lambda n: grouped[n]["median"]) if names else None
+
+
 def annotate(rows: list[dict[str, Any]]) -> None:
-    """vs-anchor ratio (same GPUs, precision) and 2-GPU scaling (same impl/kernel/precision)."""
+    """vs-anchor ratio (against the best anchor, same GPUs and precision) and 2-GPU scaling."""
+    grouped = groups(rows)
     by = {(r["impl"], r["gpus"], r["kernel"], r["precision"], r["variant"]): r for r in rows}
     for r in rows:
-        anchor = by.get(("plain TorchRec", r["gpus"], "fbgemm", r["precision"], ""))
+        best = best_anchor(rows, r["gpus"], r["precision"], grouped)
+        anchor = grouped[best]["median"] if best else None
         one = by.get((r["impl"], 1, r["kernel"], r["precision"], r["variant"]))
         rate = r["samples_per_s"]
-        r["vs_anchor"] = (
-            rate / anchor["samples_per_s"]
-            if rate and anchor and anchor["samples_per_s"] and r["impl"] == "rocmtrain"
-            else None
-        )
+        r["anchor"] = best
+        r["vs_anchor"] = rate / anchor if rate and anchor and r["kind"] != "anchor" else None
         r["scaling"] = (
             rate / one["samples_per_s"]
             if rate and one and one["samples_per_s"] and r["gpus"] and r["gpus"] > 1
@@ -120,16 +194,84 @@ def annotate(rows: list[dict[str, Any]]) -> None:
         )
 
 
+def ratio(grouped: dict[str, dict[str, Any]], num: str, den: str | None) -> dict[str, Any] | None:
+    """Median ratio and its lower bound (slowest ``num`` reading over fastest ``den`` reading)."""
+    a, b = grouped.get(num), grouped.get(den) if den else None
+    if not a or not b or not a["median"] or not b["median"]:
+        return None
+    return {
+        "median": a["median"] / b["median"],
+        "low": a["min"] / b["max"],
+        "high": a["max"] / b["min"],
+        "n": (a["n"], b["n"]),
+    }
+
+
+def _fmt_ratio(q: dict[str, Any] | None) -> str:
+    if q is None:
+        return "—"
+    return f"{q['median']:.2f}x (lower bound {q['low']:.2f}x, n={q['n'][0]}/{q['n'][1]})"
+
+
+def repeats_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Every stage group: readings, median, min-max, peak memory, ratio to the best anchor."""
+    grouped = groups(rows)
+    out = [
+        "## Stage groups (repeats interleaved; ratios against the best anchor)",
+        "",
+        "| group | impl | n | samples/s median | min–max | peak GiB | vs best anchor: median "
+        "| lower bound |",
+        "|---|---|---:|---:|---|---:|---:|---:|",
+    ]
+    for name, g in grouped.items():
+        r0 = g["rows"][0]
+        best = best_anchor(rows, r0["gpus"], r0["precision"], grouped)
+        q = ratio(grouped, name, best) if r0["kind"] != "anchor" else None
+        out.append(
+            f"| {name} | {r0['impl']} | {g['n']} | {_fmt_rate(g['median'])} | "
+            f"{_fmt_rate(g['min'])}–{_fmt_rate(g['max'])} | {_fmt(g['peak_mem_gib'], '.1f')} | "
+            f"{_fmt(q['median'] if q else None, '.2f')} | {_fmt(q['low'] if q else None, '.2f')} |"
+        )
+    anchors = [n for n, g in grouped.items() if g["rows"][0]["kind"] == "anchor"]
+    best1 = best_anchor(rows, 1, "bf16", grouped)
+    if anchors:
+        out += ["", f"Best anchor (1 GPU, bf16): `{best1 or '—'}`."]
+    return out + [""]
+
+
+def _lever_lines(grouped: dict[str, dict[str, Any]]) -> list[str]:
+    """Each dense lever on its own against ``_base`` (the levers off), and all of them together."""
+    base = "rt_1gpu_fbgemm_bf16_base"
+    if base not in grouped or not grouped[base]["median"]:
+        return []
+    out = ["## Dense levers (1 GPU, bf16; against `_base` = the levers off)", ""]
+    for name, what in (
+        ("rt_1gpu_fbgemm_bf16_densec", "model.compile_dense=true"),
+        ("rt_1gpu_fbgemm_bf16_embbf16", "model.embedding_output_dtype=bf16"),
+        ("rt_1gpu_fbgemm_bf16_fusedopt", "model.dense_optimizer_impl=fused"),
+        ("rt_1gpu_fbgemm_bf16_bf16res", "model.dcn_autocast_residual=true"),
+        ("rt_1gpu_fbgemm_bf16", "all together (the recipe)"),
+    ):
+        q = ratio(grouped, name, base)
+        peak = grouped.get(name, {}).get("peak_mem_gib")
+        out.append(
+            f"- `{name}` ({what}): {_fmt_ratio(q)} vs base; peak {_fmt(peak, '.1f')} GiB "
+            f"(base {_fmt(grouped[base]['peak_mem_gib'], '.1f')})"
+        )
+    return out + [""]
+
+
 def targets(rows: list[dict[str, Any]]) -> list[str]:
+    grouped = groups(rows)
     lines = []
     for r in rows:
-        if r["impl"] != "rocmtrain" or not r["samples_per_s"] or r["variant"]:
+        if r["kind"] != "rocmtrain" or not r["samples_per_s"] or r["variant"] or r["repeat"] > 1:
             continue
         if r["gpus"] == 1:
             ok = r["samples_per_s"] >= TARGET_1GPU
             lines.append(
                 f"- {r['name']}: {_fmt_rate(r['samples_per_s'])} samples/s vs 1.9 M target: "
-                f"{'MET' if ok else 'missed'}; vs plain TorchRec "
+                f"{'MET' if ok else 'missed'}; vs best anchor "
                 f"{_fmt(r['vs_anchor'], '.2f')}x (target >= 1.0x)"
             )
         elif r["scaling"] is not None:
@@ -138,7 +280,88 @@ def targets(rows: list[dict[str, Any]]) -> list[str]:
                 f"- {r['name']}: 2-GPU scaling {r['scaling']:.2f}x (target >= 1.85x): "
                 f"{'MET' if ok else 'missed'}"
             )
+    head = "rt_1gpu_fbgemm_bf16"
+    best = best_anchor(rows, 1, "bf16", grouped)
+    q = ratio(grouped, head, best)
+    if q is not None:
+        g = grouped[head]
+        ok = q["low"] >= TARGET_VS_TUNED and g["min"] >= TARGET_RATE
+        lines.append(
+            f"- {head} over {g['n']} repeats vs best anchor `{best}`: {_fmt_ratio(q)}; "
+            f"median {_fmt_rate(g['median'])} (min {_fmt_rate(g['min'])}); target lower bound "
+            f">= {TARGET_VS_TUNED}x and >= 2.5 M: {'MET' if ok else 'missed'}"
+        )
+        pa, pr = grouped[best]["peak_mem_gib"], g["peak_mem_gib"]
+        if pa is not None and pr is not None:
+            lines.append(
+                f"- peak memory {head} {pr:.1f} GiB vs anchor {pa:.1f} GiB: "
+                f"{'MET' if pr <= pa else 'missed'} (target <= the anchor's)"
+            )
+    conv = convergence(rows)
+    if conv["anchor"] and conv["rocmtrain"]:
+        a, b = conv["anchor"]["val_auc"], conv["rocmtrain"]["val_auc"]
+        if a and b:
+            gap = b[-1] - a[-1]
+            lines.append(
+                f"- convergence: final val AUC rocmtrain {b[-1]:.4f} vs tuned anchor {a[-1]:.4f} "
+                f"(gap {gap:+.4f}; target within {TARGET_AUC_GAP}): "
+                f"{'MET' if gap >= -TARGET_AUC_GAP else 'missed'}"
+            )
+    for name, anchor in (
+        ("swapin_1gpu_bf16", "anchor_1gpu_bf16"),
+        ("swapin_1gpu_bf16_compiled", "anchor_1gpu_bf16_compiled"),
+    ):
+        q = ratio(grouped, name, anchor)
+        if q is not None:
+            lines.append(
+                f"- {name} vs `{anchor}` (same compile setting): {_fmt_ratio(q)}; target >= 1.0x: "
+                f"{'MET' if q['low'] >= 1.0 else 'missed'}"
+            )
     return lines
+
+
+def convergence(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
+    """The convergence runs: the anchor's (``anchor_*_fresh``) and rocmtrain's (``rt_*_fresh``)."""
+    found: dict[str, dict[str, Any] | None] = {"anchor": None, "rocmtrain": None}
+    for r in rows:
+        if "fresh" in r["variant"] and r["kind"] in found and r["gpus"] == 1:
+            found[r["kind"]] = r
+    return found
+
+
+def plot_convergence(rows: list[dict[str, Any]], path: Path) -> str:
+    """Train loss per step and val AUC per epoch of both convergence runs -> ``path`` (PNG)."""
+    conv = {k: v for k, v in convergence(rows).items() if v}
+    if not conv:
+        return ""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
+    except ImportError:
+        return "(matplotlib missing: no convergence.png)"
+    fig = Figure(figsize=(11, 4))
+    FigureCanvasAgg(fig)
+    ax_loss, ax_auc = fig.subplots(1, 2)
+    for r in conv.values():
+        label = f"{r['impl']} ({r['name']})"
+        losses = r.get("step_losses") or []
+        if losses:
+            k = max(1, min(10, len(losses) // 10))  # running mean over k steps
+            smooth = [sum(losses[max(0, i - k + 1) : i + 1]) / len(losses[max(0, i - k + 1) : i + 1])
+                      for i in range(len(losses))]  # fmt: skip
+            ax_loss.plot(range(1, len(losses) + 1), smooth, label=label)
+        if r["val_auc"]:
+            ax_auc.plot(range(1, len(r["val_auc"]) + 1), r["val_auc"], marker="o", label=label)
+    ax_loss.set(xlabel="step", ylabel="train loss (BCE, running mean)", title="train loss")
+    ax_auc.set(xlabel="epoch", ylabel="val AUC", title="val AUC after each epoch")
+    ax_auc.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in (ax_loss, ax_auc):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return f"![convergence]({path.name})"
 
 
 def _run_dir(stage: dict[str, Any]) -> Path | None:
@@ -189,7 +412,7 @@ def sync_excerpt(stages: list[dict[str, Any]], n: int = 12) -> str:
     return "\n\n".join(parts) + "\n" if parts else ""
 
 
-def render(rows: list[dict[str, Any]], stages, *, mode: str, env: str) -> str:
+def render(rows: list[dict[str, Any]], stages, *, mode: str, env: str, plot: str = "") -> str:
     out = [f"# End-to-end benchmark ({mode})", ""]
     if env:
         out += ["```", env.strip(), "```", ""]
@@ -210,7 +433,10 @@ def render(rows: list[dict[str, Any]], stages, *, mode: str, env: str) -> str:
             f"{_fmt(r['peak_mem_gib'], '.1f')} | {_fmt(r['vs_anchor'], '.2f')} | "
             f"{_fmt(r['scaling'], '.2f')} | {auc_s} | {train_s} | {_fmt(r['seconds'], 'd')} |"
         )
-    out += ["", "## Targets", ""] + (targets(rows) or ["- no rocmtrain result yet"]) + [""]
+    out += [""] + repeats_table(rows) + _lever_lines(groups(rows))
+    out += ["## Targets", ""] + (targets(rows) or ["- no rocmtrain result yet"]) + [""]
+    if plot:
+        out += ["## Convergence (new batches every step; same seed and samples)", "", plot, ""]
     out += ["## Commands", ""] + [f"- `{r['name']}`: `{r['command']}`" for r in rows] + [""]
     for extra in (profile_excerpt(stages), sync_excerpt(stages)):
         if extra:
@@ -230,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     annotate(rows)
     env = args.env.read_text() if args.env and args.env.is_file() else ""
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "summary.md").write_text(render(rows, stages, mode=args.mode, env=env))
+    plot = plot_convergence(rows, args.out / "convergence.png")
+    (args.out / "summary.md").write_text(render(rows, stages, mode=args.mode, env=env, plot=plot))
     (args.out / "results.json").write_text(json.dumps({"mode": args.mode, "rows": rows}, indent=2))
     return 0
 

@@ -9,7 +9,8 @@ epoch end) gives one rate
 ``global_batch * steps / seconds``. ``samples_per_s`` is the median of those window rates
 (``samples_per_s_mean`` = total samples / total time over the windows). The time includes the
 data loading between steps. Written by global rank 0 at the end of every epoch (partial results
-survive a later crash) and at the end of training; every rank reports its peak memory.
+survive a later crash) and at the end of training; every rank reports its peak memory. The final
+write adds the module's ``step_losses`` (the loss of every step) where it has them.
 """
 
 from __future__ import annotations
@@ -126,6 +127,9 @@ class ThroughputCallback(pl.Callback):
     def write(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *, final: bool) -> None:
         doc = self.summary(trainer, pl_module)
         doc["final"] = final
+        losses = getattr(pl_module, "step_losses", None) if final else None
+        if losses is not None:  # rank 0's loss of every step (one host copy, after training)
+            doc["step_losses"] = [float(x) for x in losses]
         if trainer.is_global_zero:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")

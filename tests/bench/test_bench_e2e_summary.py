@@ -149,3 +149,79 @@ def test_variants_timelines_and_sync_sites(tmp_path):
     assert "| rt_1gpu_fbgemm_bf16 | 30.00 | 28.50 | 95 | 13.0 |" in md
     assert "### Sync report (rt_1gpu_fbgemm_bf16)" in md and "_get_recat" in md
     assert "```" not in md.split("### Sync report")[1]  # the table only, not the stacks
+
+
+def test_repeats_best_anchor_levers_convergence_and_swapin(tmp_path):
+    """Repeats (``_r<k>``) form groups; every ratio is against the best anchor group (the compiled
+    one here), with the lower bound min(rocmtrain)/max(anchor); the levers are compared with
+    ``_base``; the convergence pair gives the AUC gap and convergence.png; swap-in stages are
+    compared with the anchor of the same compile setting."""
+    runs = tmp_path / "runs"
+    stages = []
+
+    def anchor(name, rate, peak=36.0, **extra):
+        doc = {"samples_per_s": rate, "median_step_ms": 65536 / rate * 1e3, "peak_mem_gib": peak}
+        stages.append({"name": name, "kind": "anchor", "gpus": 1, "status": "ok",
+                       "result": _write(tmp_path / f"{name}.json", {**doc, **extra})})  # fmt: skip
+
+    def run(name, rate, kind="rocmtrain", peak=30.0, **extra):
+        (runs / name).mkdir(parents=True)
+        doc = {"samples_per_s": rate, "step_ms_median": 1.0, "final": True, "history": [],
+               "peak_mem_alloc_gib_per_rank": [peak], **extra}  # fmt: skip
+        stages.append({"name": name, "kind": kind, "gpus": 1, "status": "ok",
+                       "result": _write(runs / name / "throughput.json", doc),
+                       "run_dir": str(runs / name)})  # fmt: skip
+
+    anchor("anchor_1gpu_bf16", 1.7e6)
+    anchor("anchor_1gpu_bf16_compiled", 2.1e6)
+    run("rt_1gpu_fbgemm_bf16", 2.7e6)
+    run("rt_1gpu_fbgemm_bf16_base", 2.2e6)
+    run("rt_1gpu_fbgemm_bf16_densec", 2.42e6)
+    anchor("anchor_1gpu_bf16_compiled_r2", 2.2e6)
+    run("rt_1gpu_fbgemm_bf16_r2", 2.6e6)
+    anchor("anchor_1gpu_bf16_compiled_r3", 2.0e6)
+    run("rt_1gpu_fbgemm_bf16_r3", 2.8e6)
+    losses = [0.6 - 0.001 * i for i in range(60)]
+    anchor("anchor_1gpu_bf16_compiled_fresh", 1.5e6, step_losses=losses,
+           history=[{"val_auc": 0.70}, {"val_auc": 0.80}, {"val_auc": 0.850}])  # fmt: skip
+    run("rt_1gpu_fbgemm_bf16_fresh", 1.6e6, step_losses=losses,
+        history=[{"val_auc": 0.71}, {"val_auc": 0.80}, {"val_auc": 0.848}])  # fmt: skip
+    run("swapin_1gpu_bf16", 1.8e6, kind="swapin")
+    run("swapin_1gpu_bf16_compiled", 2.0e6, kind="swapin")
+    (tmp_path / "stages.jsonl").write_text("\n".join(json.dumps(s) for s in stages) + "\n")
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "scripts/bench/e2e_summary.py")]
+    subprocess.run(
+        [*cmd, "--stages", str(tmp_path / "stages.jsonl"), "--out", str(out)], check=True
+    )
+    rows = {r["name"]: r for r in json.loads((out / "results.json").read_text())["rows"]}
+    # the best anchor is the compiled group (median of 2.1, 2.2, 2.0 M = 2.1 M), not the eager one
+    assert rows["rt_1gpu_fbgemm_bf16"]["anchor"] == "anchor_1gpu_bf16_compiled"
+    assert abs(rows["rt_1gpu_fbgemm_bf16_r2"]["vs_anchor"] - 2.6 / 2.1) < 1e-9
+    assert rows["rt_1gpu_fbgemm_bf16_r3"]["group"] == "rt_1gpu_fbgemm_bf16"
+    assert rows["rt_1gpu_fbgemm_bf16_r3"]["repeat"] == 3
+    assert rows["anchor_1gpu_bf16_compiled_fresh"]["variant"] == "compiled_fresh"
+    assert rows["swapin_1gpu_bf16"]["impl"] == "user module + strategy"
+    md = (out / "summary.md").read_text()
+    # group: n=3, median 2.7 M, 2.6-2.8 M; vs best anchor 2.7/2.1 = 1.29, lower bound 2.6/2.2 = 1.18
+    assert (
+        "| rt_1gpu_fbgemm_bf16 | rocmtrain | 3 | 2.700 M | 2.600 M–2.800 M | 30.0 | 1.29 | 1.18 |"
+        in md
+    )
+    assert (
+        "| anchor_1gpu_bf16_compiled | plain TorchRec | 3 | 2.100 M | 2.000 M–2.200 M | 36.0 |"
+        in md
+    )
+    assert "1.29x (lower bound 1.18x, n=3/3); median 2.700 M (min 2.600 M)" in md
+    assert "target lower bound >= 1.2x and >= 2.5 M: missed" in md
+    assert "peak memory rt_1gpu_fbgemm_bf16 30.0 GiB vs anchor 36.0 GiB: MET" in md
+    assert "`rt_1gpu_fbgemm_bf16_densec` (model.compile_dense=true): 1.10x" in md
+    assert "final val AUC rocmtrain 0.8480 vs tuned anchor 0.8500 (gap -0.0020" in md
+    assert "swapin_1gpu_bf16 vs `anchor_1gpu_bf16` (same compile setting): 1.06x" in md
+    assert (
+        "swapin_1gpu_bf16_compiled vs `anchor_1gpu_bf16_compiled` (same compile setting): 0.95x"
+        in md
+    )
+    png = out / "convergence.png"
+    assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
+    assert "![convergence](convergence.png)" in md
