@@ -106,8 +106,10 @@ class RcclConfig:
     registry: an invented or dead name is an error."""
 
     # -- process-group timeouts (two phases; the watchdog helper switches after step 1) --
-    init_timeout_seconds: float = 1800.0
-    """Process-group timeout for initialisation and the first step."""
+    init_timeout_seconds: float = 300.0
+    """Process-group timeout for initialisation and the first step: also bounds the wait for peers
+    at the rendezvous (the error then says how many ranks arrived). 300 s as torchtitan; the GPU
+    recipes, whose first step compiles, raise it."""
     train_timeout_seconds: float = 600.0
     """Process-group timeout after the first step (steady state)."""
 
