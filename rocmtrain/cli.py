@@ -190,7 +190,7 @@ def run(cfg: Any) -> int:
         return exit_codes.USAGE
     except KeyboardInterrupt:
         print(f"rocmtrain: interrupted (rank {_rank()}); no checkpoint written", file=sys.stderr)
-        return 128 + 2
+        return exit_codes.INTERRUPTED
     except Exception as exc:  # a crash while training: one line here, the traceback in the run dir
         _report_crash(exc, run_dir)
         return exit_codes.FAILURE
@@ -292,7 +292,7 @@ def _task_overrides() -> list[str]:
     return [str(o) for o in task if str(o) not in _PINNED]
 
 
-# -- integration point: Slurm submission (rocmtrain.launch, owner: slurm area) -------------------
+# -- Slurm submission (rocmtrain.launch) ---------------------------------------------------------
 def maybe_submit(cfg: Any, overrides: list[str]) -> int | None:
     """Submit to Slurm (or print its dry run) when ``cluster.kind == slurm``; None = run here."""
     from rocmtrain.launch import maybe_submit as submit

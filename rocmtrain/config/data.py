@@ -1,4 +1,4 @@
-"""Data schema (owner: data): which data a run reads and how it is batched and sharded.
+"""Data schema: which data a run reads and how it is batched and sharded.
 
 Set from YAML (``configs/data/<kind>.yaml``) or the command line, e.g.::
 

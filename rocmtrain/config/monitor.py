@@ -1,4 +1,4 @@
-"""Device monitoring / profiling schema (owner: diagnostics).
+"""Device monitoring / profiling schema.
 
 ``monitor.*`` keys configure :func:`rocmtrain.diagnostics.monitor.build_callbacks`; the root field
 ``profile=true`` switches the profiler window below on. Example::

@@ -36,6 +36,7 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
+from rocmtrain import exit_codes
 from rocmtrain.config.watchdog import WatchdogConfig
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ def _grace_exit(signum: int) -> None:
         f"rocmtrain: {signal.Signals(signum).name} held for {EARLY_GRACE_SECONDS:.0f} s and "
         "training has not started: exiting without a checkpoint\n".encode(),
     )
-    os._exit(128 + signum)
+    os._exit(exit_codes.SIGNAL_BASE + signum)
 
 
 class _SignalWaiter(threading.Thread):
@@ -200,7 +201,7 @@ def save_preemption_checkpoint(trainer: pl.Trainer, run_dir: Path) -> Path:
 _INTERRUPT, _PREEMPT = 1, 2
 
 #: exit code of a run stopped by Ctrl-C after its checkpoint (the shell's 128 + SIGINT)
-INTERRUPTED = 128 + signal.SIGINT
+INTERRUPTED = exit_codes.INTERRUPTED
 
 
 class PreemptionCallback(pl.Callback):

@@ -18,7 +18,7 @@ Run::
     python scripts/bench/bench_watchdog.py --json out.json    # also write the numbers
     python scripts/bench/bench_watchdog.py --hang-demo --device cuda --out DIR   # 2 GPUs, NCCL
 
-The target (issue 6): overhead < 1 % of the step time.
+The target: overhead < 1 % of the step time.
 
 ``--hang-demo`` checks the NCCL path on real GPUs (the CPU tests cover gloo): 2 ranks (one GPU
 each, NCCL, flight recorder on), rank 1 stalls before an all_reduce at step 20; expected: both ranks

@@ -328,3 +328,35 @@ def test_two_phase_timeouts_on_gloo(tmp_path: Path) -> None:
     assert out["phase1_ok"]  # a 3 s straggler under the long init timeout: fine
     assert out["phase2"] == "raised" and out["hint"] == "gloo_timeout", out
     assert 1.0 < out["phase2_seconds"] < 5.0, out  # the short 1.5 s timeout applies, not 30 s
+
+
+def test_flight_recorder_names_the_rank_behind_when_phases_are_equal():
+    """Both ranks at step 3, phase train_batch: rank 0 waits inside all_to_all #50, rank 1 never
+    issued it (its last is #49): rank 1 is the stuck one. Mixed process groups decide nothing."""
+    from rocmtrain.faults.hang_report import refine_with_flight_recorder
+
+    decision = {"cause": "stall", "stuck_ranks": [0, 1], "summary": "same point"}
+    pg = ["0", "default_pg"]
+    dumps = {
+        0: {
+            "last": {
+                "collective_seq_id": 50,
+                "profiling_name": "gloo:all_to_all",
+                "process_group": pg,
+            }
+        },
+        1: {
+            "last": {
+                "collective_seq_id": 49,
+                "profiling_name": "gloo:broadcast",
+                "process_group": pg,
+            }
+        },
+    }
+    refined = refine_with_flight_recorder(decision, dumps)
+    assert refined["stuck_ranks"] == [1] and "#50 (gloo:all_to_all)" in refined["summary"]
+    dumps[1]["last"]["process_group"] = ["1", "other"]
+    assert refine_with_flight_recorder(decision, dumps) == decision
+    assert refine_with_flight_recorder({**decision, "cause": "peer_failed"}, dumps)[
+        "stuck_ranks"
+    ] == [0, 1]

@@ -408,7 +408,7 @@ def assess(
 
 
 def to_json(res: ParseResult, errors: list[str]) -> dict[str, Any]:
-    """The ``parse --json`` object (schema in issue 5 / RCCL.md)."""
+    """The ``parse --json`` object (schema in RCCL.md)."""
 
     def block(m: Measurement | None) -> dict[str, Any] | None:
         if m is None:

@@ -1,0 +1,73 @@
+"""Ctrl-C and resume as a user meets them (real ``python -m rocmtrain`` processes, 2 gloo ranks).
+
+- Ctrl-C (SIGINT to the terminal's process group, i.e. every rank) during training: the ranks agree,
+  write a checkpoint, print "interrupted at step N" and exit 130; rerunning resumes from it.
+- Resuming keeps the first attempt's ``logs/metrics.csv`` (Lightning's CSV logger would delete it).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rocmtrain import checkpoint as ckpt
+from rocmtrain import exit_codes
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cmd(run_dir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "rocmtrain", f"run_dir={run_dir}", "data.num_train_batches=40",
+        "data.num_val_batches=1", "data.batch_size=64", "trainer.progress_bar=false",
+        "trainer.log_every_n_steps=1", "watchdog.heartbeat_channel=files", *extra,
+    ]  # fmt: skip
+
+
+def _run(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        _cmd(run_dir, *extra), cwd=REPO, capture_output=True, text=True, timeout=400,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+
+
+def test_ctrl_c_checkpoints_says_the_step_and_exits_130(tmp_path):
+    run_dir = tmp_path / "run"
+    log = open(tmp_path / "out.log", "w")
+    proc = subprocess.Popen(
+        _cmd(run_dir, "trainer.max_epochs=3"), cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not list(run_dir.glob("watchdog/*/kv/hb/1")):  # rank 1 is up and beating
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    time.sleep(3)  # a few steps in
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: every rank gets it
+    code = proc.wait(timeout=180)
+    out = (tmp_path / "out.log").read_text()
+    assert code == exit_codes.INTERRUPTED, out[-3000:]
+    assert "rocmtrain: interrupted at step" in out, out[-3000:]
+    found = ckpt.find_resume(run_dir / "checkpoints")
+    assert found is not None and f"checkpoint: {found}" in out, out[-3000:]
+
+
+def test_resume_keeps_the_previous_attempts_metrics(tmp_path):
+    run_dir = tmp_path / "run"
+    first = _run(run_dir, "trainer.max_epochs=1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    rows_first = list(csv.DictReader(open(run_dir / "logs" / "metrics.csv")))
+    second = _run(run_dir, "trainer.max_epochs=2")  # resumes from the epoch-1 checkpoint
+    assert second.returncode == 0, second.stderr[-3000:]
+    kept = run_dir / "logs" / "metrics.attempt1.csv"
+    assert list(csv.DictReader(open(kept))) == rows_first
+    steps = [int(r["step"]) for r in csv.DictReader(open(run_dir / "logs" / "metrics.csv"))]
+    assert steps and min(steps) >= max(int(r["step"]) for r in rows_first)  # continues, no restart

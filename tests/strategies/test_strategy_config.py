@@ -1,0 +1,71 @@
+"""``TorchRecStrategy`` arguments: typed configs, mappings or preset names, converted in one place;
+unknown arguments and bad values fail at construction, naming what to change."""
+
+from __future__ import annotations
+
+import pytest
+
+from rocmtrain import platform
+from rocmtrain.config import ConfigError
+from rocmtrain.config.rccl import RcclConfig
+from rocmtrain.config.watchdog import WatchdogConfig
+from rocmtrain.strategies import TorchRecStrategy
+
+
+def test_rccl_and_watchdog_take_configs_mappings_presets_and_none():
+    s = TorchRecStrategy(rccl={"protocol": "LL,Simple"}, watchdog={"hang_timeout_seconds": 15})
+    assert s.rccl_config.protocol == "LL,Simple"
+    assert s.watchdog_config.hang_timeout_seconds == 15 and s.watchdog_config.enabled
+    preset = TorchRecStrategy(rccl="mi300x_8gpu")
+    assert isinstance(preset.rccl_config, RcclConfig) and preset.rccl_config != RcclConfig()
+    assert TorchRecStrategy(watchdog=None).watchdog_config.enabled is False
+    assert TorchRecStrategy(rccl=RcclConfig(debug="WARN")).rccl_config.debug == "WARN"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"rccl": {"protokol": "LL"}}, "protokol"),
+        ({"rccl": "mi999"}, "choose a preset of configs/rccl/"),
+        ({"watchdog": {"hang_timeout_seconds": -1}}, "watchdog.hang_timeout_seconds"),
+        ({"sharding_type": "diagonal"}, "sharding_type='diagonal'"),
+        ({"kernel": "cutlass"}, "kernel='cutlass'"),
+        ({"pipeline": "fast"}, "pipeline='fast'"),
+    ],
+)
+def test_bad_values_name_the_field(kwargs, needle):
+    with pytest.raises(ConfigError) as err:
+        TorchRecStrategy(**kwargs)
+    assert needle in str(err.value), str(err.value)
+
+
+def test_unknown_keyword_is_rejected_not_swallowed():
+    with pytest.raises(TypeError, match="bucket_cap"):
+        TorchRecStrategy(bucket_cap=25)  # type: ignore[call-arg]
+
+
+def test_ddp_kwargs_reach_the_dense_ddp_of_dmp():
+    s = TorchRecStrategy(ddp_kwargs={"bucket_cap_mb": 50, "gradient_as_bucket_view": True})
+    wrapper = s._data_parallel_wrapper()
+    assert wrapper._bucket_cap_mb == 50
+    assert wrapper._ddp_kwargs == {"gradient_as_bucket_view": True}
+
+
+def test_the_strategy_by_name_has_the_cli_defaults():
+    """``Trainer(strategy="torchrec")`` and ``python -m rocmtrain`` protect a run the same way."""
+    from test_cli import compose
+
+    cfg = compose("dlrm_cpu")
+    by_name = TorchRecStrategy()
+    assert by_name.watchdog_config == cfg.watchdog == WatchdogConfig()
+    assert by_name.rccl_config == cfg.rccl == RcclConfig()
+
+
+def test_one_gpu_decision(monkeypatch):
+    monkeypatch.setattr(platform, "has_gpu", lambda: True)  # no GPU here: the rule itself
+    assert platform.is_gpu_run("auto") and platform.is_gpu_run("gpu")
+    assert not platform.is_gpu_run("cpu") and platform.is_gpu_run("cpu", "nccl")
+    monkeypatch.setattr(platform, "has_gpu", lambda: False)
+    assert not platform.is_gpu_run("auto")
+    assert TorchRecStrategy(pipeline="auto").uses_pipeline("gpu")
+    assert not TorchRecStrategy(pipeline="auto").uses_pipeline("auto")
