@@ -9,8 +9,14 @@
 #   SLURM_NODES=1  one node named $(hostname -s);  N>1: fake nodes n[1-N] (one slurmd each, Debian build has MULTIPLE_SLURMD)
 #   SLURM_ACCOUNTING=1  also MariaDB + slurmdbd so that sacct works (submitit needs it to notice cancelled/killed jobs)
 #   SLURM_STATE=/tmp/slurm  state, logs, pid files (wiped on every start)
+#   ROCMTRAIN_CI_SLURM_MARKER=/run/rocmtrain-ci-slurm/cluster.json  written once every node is idle:
+#     names the cluster started here (ClusterName, controller, nodes, slurmctld pid). The Slurm tests
+#     submit jobs only to the cluster it names (tests/launch/conftest.py); stop-slurm.sh removes it.
 set -euo pipefail
 NODES=${SLURM_NODES:-1}; ACCT=${SLURM_ACCOUNTING:-1}; S=${SLURM_STATE:-/tmp/slurm}
+MARKER=${ROCMTRAIN_CI_SLURM_MARKER:-/run/rocmtrain-ci-slurm/cluster.json}
+# a name of our own, so that the tests can tell this cluster from any other that answers sinfo
+CLUSTER=rocmtrain_ci
 export DEBIAN_FRONTEND=noninteractive
 log() { echo "[start-slurm $(date +%T)] $*"; }
 
@@ -25,6 +31,7 @@ if [ -s "$S/slurmctld.pid" ] && kill -0 "$(cat "$S/slurmctld.pid")" 2>/dev/null;
   log "slurmctld already running (pid $(cat "$S/slurmctld.pid")): stopping it first (fresh state)"
   bash "$(dirname "$0")/stop-slurm.sh"; fi
 
+rm -f "$MARKER"   # a cluster being (re)started is not ready for the tests yet
 H=$(hostname -s); CPUS=$(nproc); MEM=$(( $(free -m | awk '/^Mem:/{print $2}') * 9 / 10 ))
 rm -rf "$S"; mkdir -p "$S/ctld" "$S/log"
 
@@ -52,7 +59,7 @@ else
   ACCTCONF=$'AccountingStorageType=accounting_storage/none\nJobAcctGatherType=jobacct_gather/none'
 fi
 cat > /etc/slurm/slurm.conf <<EOF
-ClusterName=ci
+ClusterName=$CLUSTER
 SlurmctldHost=localhost
 SlurmUser=root
 AuthType=auth/munge
@@ -124,6 +131,19 @@ if [ "$NODES" != 1 ]; then
   fi
 fi
 
+# the marker the Slurm tests check (written to a temp file and renamed: never seen half-written)
+write_marker() {
+  local nodes_json
+  nodes_json=$(printf '"%s",' $NAMES); nodes_json="[${nodes_json%,}]"
+  mkdir -p "$(dirname "$MARKER")"
+  cat > "$MARKER.tmp" <<EOF
+{"cluster": "$CLUSTER", "control_host": "localhost", "slurm_conf": "/etc/slurm/slurm.conf",
+ "nodes": $nodes_json, "slurmctld_pid": $(cat "$S/slurmctld.pid"), "state_dir": "$S",
+ "started": "$(date -u +%FT%TZ)", "start_command": "SLURM_NODES=$NODES bash scripts/ci/start-slurm.sh"}
+EOF
+  mv -f "$MARKER.tmp" "$MARKER"
+}
+
 # 5. controller + node daemon(s); both daemonize and write their pid files
 /usr/sbin/slurmctld </dev/null >/dev/null 2>&1
 for n in $NAMES; do /usr/sbin/slurmd -N "$n" </dev/null >/dev/null 2>&1; done
@@ -131,7 +151,9 @@ for n in $NAMES; do /usr/sbin/slurmd -N "$n" </dev/null >/dev/null 2>&1; done
 # 6. wait until every node is idle
 for i in $(seq 300); do
   st=$(sinfo -h -N -o '%N %T' 2>/dev/null | sort -u || true)
-  if [ "$(echo "$st" | grep -c ' idle$')" = "$NODES" ]; then log "ready: $(echo $st)"; exit 0; fi
+  if [ "$(echo "$st" | grep -c ' idle$')" = "$NODES" ]; then
+    write_marker; log "ready: $(echo $st); marker $MARKER"; exit 0
+  fi
   sleep 0.2
 done
 log "nodes not idle after 60s: $st"; tail -n 20 "$S"/log/*.log; exit 1

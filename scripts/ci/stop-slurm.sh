@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # stop-slurm.sh - stop what scripts/ci/start-slurm.sh started, by the pids it recorded (nothing else)
 S=${SLURM_STATE:-/tmp/slurm}
+# first the marker: from now on the Slurm tests skip instead of submitting to a cluster going away
+rm -f "${ROCMTRAIN_CI_SLURM_MARKER:-/run/rocmtrain-ci-slurm/cluster.json}"
 if jobs=$(squeue -h -o %i 2>/dev/null) && [ -n "$jobs" ]; then   # cancel jobs first, so no slurmstepd is orphaned
   scancel $jobs
   for i in $(seq 150); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.2; done
