@@ -27,8 +27,12 @@ def _ci() -> bool:
 def slurm_cluster() -> Cluster:
     """The running cluster of start-slurm.sh; skip (fail under ``CI``) with the reason otherwise."""
     try:
-        return find_cluster()
+        cluster = find_cluster()
     except NotOurCluster as why:
         if _ci():
             pytest.fail(f"CI is set: {why}")
         pytest.skip(str(why))
+    # every sbatch/scontrol the tests run, and (sbatch exports the environment) every srun in
+    # their jobs, reach this cluster even where /etc/slurm or SLURM_CONF lead to another one
+    os.environ["SLURM_CONF"] = cluster.slurm_conf
+    return cluster

@@ -30,6 +30,8 @@ class Cluster:
     name: str
     partition: str
     nodes: list[str]
+    slurm_conf: str
+    """The config of this cluster: ``SLURM_CONF`` of every client the tests start."""
 
 
 class NotOurCluster(Exception):
@@ -57,9 +59,12 @@ def read_marker(path: Path) -> dict[str, Any]:
     return marker
 
 
-def _client(args: list[str]) -> subprocess.CompletedProcess[str]:
+def _client(args: list[str], conf: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SLURM_CONF": conf}
     try:
-        return subprocess.run(args, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
+        return subprocess.run(
+            args, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, env=env
+        )
     except subprocess.TimeoutExpired as err:
         raise NotOurCluster(
             f"`{' '.join(args)}` did not answer in {CLIENT_TIMEOUT_S} s: is slurmctld running? "
@@ -77,13 +82,13 @@ def _controller_pid_alive(pid: int) -> bool:
     return True
 
 
-def answering_cluster_name() -> str:
-    """``ClusterName`` of the controller the Slurm clients reach, once ``scontrol ping`` says UP."""
-    ping = _client(["scontrol", "ping"])
+def answering_cluster_name(conf: str) -> str:
+    """``ClusterName`` of the controller ``conf`` leads to, once ``scontrol ping`` says UP."""
+    ping = _client(["scontrol", "ping"], conf)
     if ping.returncode != 0 or " is UP" not in ping.stdout:
         said = (ping.stdout + ping.stderr).strip()
         raise NotOurCluster(f"no Slurm controller answers (scontrol ping: {said!r}); run `{START}`")
-    config = _client(["scontrol", "show", "config"])
+    config = _client(["scontrol", "show", "config"], conf)
     for line in config.stdout.splitlines():
         key, _, value = line.partition("=")
         if key.strip() == "ClusterName":
@@ -99,18 +104,22 @@ def check_our_cluster(marker: dict[str, Any], path: Path) -> None:
             f"marker {path} names slurmctld pid {pid}, which is not running (stopped without "
             f"scripts/ci/stop-slurm.sh?); rerun `{START}`"
         )
-    name = answering_cluster_name()
+    name = answering_cluster_name(marker_conf(marker))
     if name != marker["cluster"]:
         raise NotOurCluster(
             f"the Slurm controller that answers is cluster {name!r}, not {marker['cluster']!r} "
             f"that scripts/ci/start-slurm.sh started (marker {path}); the tests submit jobs only "
-            f"to that one: unset SLURM_CONF or rerun `{START}`"
+            f"to that one: rerun `{START}`"
         )
 
 
-def idle_nodes() -> tuple[list[str], str]:
+def marker_conf(marker: dict[str, Any]) -> str:
+    return str(marker.get("slurm_conf") or "/etc/slurm/slurm.conf")
+
+
+def idle_nodes(conf: str) -> tuple[list[str], str]:
     """The cluster's nodes and default partition, as ``sinfo`` shows them."""
-    out = _client(["sinfo", "-h", "-N", "-o", "%N %P %T"])
+    out = _client(["sinfo", "-h", "-N", "-o", "%N %P %T"], conf)
     rows = [line.split() for line in out.stdout.splitlines() if line.strip()]
     if out.returncode != 0 or not rows:
         raise NotOurCluster(f"sinfo shows no nodes ({out.stderr.strip()!r}); rerun `{START}`")
@@ -125,10 +134,11 @@ def find_cluster() -> Cluster:
     path = marker_path()
     marker = read_marker(path)
     check_our_cluster(marker, path)
-    nodes, partition = idle_nodes()
+    conf = marker_conf(marker)
+    nodes, partition = idle_nodes(conf)
     if len(nodes) < 2:
         raise NotOurCluster(f"the Slurm tests need 2 nodes, sinfo shows {nodes}; run `{START}`")
-    return Cluster(name=marker["cluster"], partition=partition, nodes=nodes)
+    return Cluster(name=marker["cluster"], partition=partition, nodes=nodes, slurm_conf=conf)
 
 
 def run_config(tmp_path: Path, **cluster: object) -> RunConfig:

@@ -32,7 +32,8 @@ def _fake_clients(bin_dir: Path, *, ping: str, cluster: str) -> None:
 
 
 def _marker(path: Path, *, pid: int, cluster: str = "rocmtrain_ci") -> None:
-    path.write_text(json.dumps({"cluster": cluster, "nodes": ["n1", "n2"], "slurmctld_pid": pid}))
+    fields = {"cluster": cluster, "nodes": ["n1", "n2"], "slurmctld_pid": pid}
+    path.write_text(json.dumps({**fields, "slurm_conf": str(path.parent / "slurm.conf")}))
 
 
 @pytest.fixture
@@ -47,7 +48,7 @@ def test_our_cluster_is_found(env: Path) -> None:
     _marker(env / "cluster.json", pid=os.getpid())
     cluster = find_cluster()
     assert cluster.name == "rocmtrain_ci" and cluster.nodes == ["n1", "n2"]
-    assert cluster.partition == "debug"
+    assert cluster.partition == "debug" and cluster.slurm_conf == str(env / "slurm.conf")
 
 
 def test_a_cluster_that_answers_without_marker_gets_no_jobs(env: Path) -> None:
