@@ -21,8 +21,9 @@ size; :func:`verify` (used by :func:`find_resume` and :func:`read_sharded`) also
 file's sha256, so a same-size corruption (a flipped bit on disk or in a copy) is caught before
 the checkpoint is loaded. Markers written before checksums existed (format 1) are accepted on
 their sizes with a warning: refusing them would throw away every older run's history.
-Cost: hashing runs at disk/page-cache speed on a few threads (sha256 is 0.2-2 GB/s a core), a
-small fraction of the write for the checkpoints this package writes.
+Cost (rank 0 hashes at write, every rank once at resume; files just written are in the page
+cache): the CPU recipe's 2.2 MB checkpoint 12 ms, 537 MB of shards 0.65 s on 4 threads of a
+shared 2-core machine (sha256 runs 0.2-2 GB/s a core).
 
 API (all paths are ``pathlib.Path``):
 
