@@ -11,7 +11,10 @@ python -m rocmtrain precision-matrix ...     # per-op error vs fp64 on this plat
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
+from collections.abc import Callable
 
 #: subcommand → "module:function"; each function takes argv (list[str]) and returns an exit code.
 SUBCOMMANDS: dict[str, str] = {
@@ -20,6 +23,29 @@ SUBCOMMANDS: dict[str, str] = {
     "rccl-tests": "rocmtrain.comms.rccl_tests.cli:main",
     "precision-matrix": "rocmtrain.precision.matrix:main",
 }
+
+
+#: what a shell reports for a tool that SIGPIPE ended (128 + signal number), as ``cat`` or ``grep``
+PIPE_CLOSED = 128 + signal.SIGPIPE
+
+
+def run_piped(entry: Callable[[list[str]], int | None], args: list[str]) -> int:
+    """Run a subcommand whose reader may go away early (``... | head -1``): exit quietly.
+
+    Python ignores SIGPIPE, so a write to a closed pipe raises BrokenPipeError, either in the
+    command or in the interpreter's final flush of stdout (then as an "Exception ignored" line).
+    Flushing here catches both; stdout is then pointed at /dev/null so that the interpreter's
+    own flush at exit has nothing left to fail on.
+    """
+    try:
+        code = int(entry(args) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return PIPE_CLOSED
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         except (ImportError, AttributeError):
             print(f"rocmtrain {argv[0]}: not implemented yet", file=sys.stderr)
             return 2
-        return int(entry(argv[1:]) or 0)
+        return run_piped(entry, argv[1:])
     from rocmtrain.cli import hydra_main  # Hydra only for training runs
 
     return hydra_main(argv)

@@ -7,13 +7,23 @@ Layout of a checkpoint root (``cfg.checkpoint.dir``, default ``<run_dir>/checkpo
         .metadata                torch.distributed.checkpoint (DCP) metadata (rank 0)
         __0_0.distcp __1_0.distcp  DCP shards: model (sharded tables + dense), fused optimizer
         rank_0.pt rank_1.pt      per-rank torch.save: dense optimizer, loops, data position, RNG
-        COMPLETE.json            completion marker: file list + sizes (written last)
+        COMPLETE.json            completion marker: file list, sizes, sha256 of each (written last)
       .step-000000300.tmp/       a write in progress or killed mid-write (never loaded)
 
 Write protocol (:func:`write_sharded`, collective): rank 0 creates ``.<name>.tmp``; barrier;
-every rank writes its parts; barrier; rank 0 fsyncs every file, writes ``COMPLETE.json``, fsyncs
-it, renames the folder to ``<name>`` and fsyncs the root; barrier. A crash at any point leaves
-either the previous checkpoints untouched or a ``.tmp`` folder that :func:`find_resume` ignores.
+every rank writes its parts; barrier; rank 0 fsyncs every file, hashes it (sha256, so that
+``sha256sum`` can check it by hand), writes ``COMPLETE.json``, fsyncs it, renames the folder to
+``<name>`` and fsyncs the root; barrier. A crash at any point leaves either the previous
+checkpoints untouched or a ``.tmp`` folder that :func:`find_resume` ignores.
+
+Integrity: :func:`is_complete` (cheap, used when pruning) checks the marker and every file's
+size; :func:`verify` (used by :func:`find_resume` and :func:`read_sharded`) also checks every
+file's sha256, so a same-size corruption (a flipped bit on disk or in a copy) is caught before
+the checkpoint is loaded. Markers written before checksums existed (format 1) are accepted on
+their sizes with a warning: refusing them would throw away every older run's history.
+Cost (rank 0 hashes at write, every rank once at resume; files just written are in the page
+cache): the CPU recipe's 2.2 MB checkpoint 12 ms, 537 MB of shards 0.65 s on 4 threads of a
+shared 2-core machine (sha256 runs 0.2-2 GB/s a core).
 
 API (all paths are ``pathlib.Path``):
 
@@ -21,8 +31,10 @@ API (all paths are ``pathlib.Path``):
   checkpoint of the running ``trainer`` (strategy ``TorchRecStrategy``) into ``root`` and prune
   to the newest ``keep_last``. Used by :class:`AtomicCheckpoint` and by the watchdog on SIGTERM.
 - ``find_resume(root) -> Path | None``: newest complete, intact checkpoint (marker present,
-  every listed file present with its recorded size); partial/corrupt ones are skipped with a
-  warning and the previous one is used.
+  every listed file present with its recorded size and sha256); partial/corrupt ones are
+  skipped with a warning naming the checkpoint, the file and what is wrong, and the previous
+  one is used.
+- ``verify(path) -> str | None``: why ``path`` cannot be loaded, or None when it is intact.
 - ``is_complete(path) -> bool``, ``list_checkpoints(root)``, ``prune(root, keep_last)``,
   ``remove(path)``.
 - ``AtomicCheckpoint(root, every_n_train_steps=..., every_n_epochs=..., keep_last=...)``: the
@@ -35,12 +47,14 @@ batch), the datamodule's data position (its ``state_dict``) and every rank's RNG
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +65,11 @@ log = logging.getLogger(__name__)
 
 MARKER = "COMPLETE.json"
 PREFIX = "step-"
-FORMAT_VERSION = 1
+#: 1: file sizes only; 2: sizes and sha256 checksums
+FORMAT_VERSION = 2
+CHECKSUM = "sha256"
+#: files hashed at once (hashlib releases the GIL on large buffers)
+HASH_THREADS = 4
 
 
 def checkpoint_name(global_step: int) -> str:
@@ -68,6 +86,18 @@ def _fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def file_checksum(path: Path) -> str:
+    """sha256 of a file, hex (the value ``sha256sum`` prints)."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, CHECKSUM).hexdigest()
+
+
+def checksums(files: list[Path]) -> dict[str, str]:
+    """``{file name: sha256}`` of ``files``, hashed on a few threads."""
+    with ThreadPoolExecutor(max_workers=max(1, min(HASH_THREADS, len(files)))) as pool:
+        return dict(zip((f.name for f in files), pool.map(file_checksum, files), strict=True))
 
 
 def write_sharded(
@@ -93,17 +123,18 @@ def write_sharded(
     torch.save(per_rank, tmp / f"rank_{rank}.pt")
     barrier()
     if rank == 0:
-        files = {}
-        for f in sorted(tmp.iterdir()):
+        parts = sorted(tmp.iterdir())
+        for f in parts:
             _fsync_path(f)
-            files[f.name] = f.stat().st_size
         marker = {
             "format": FORMAT_VERSION,
             "world_size": world_size,
             "global_step": per_rank.get("global_step"),
             "epoch": per_rank.get("epoch"),
             "time": time.time(),
-            "files": files,
+            "files": {f.name: f.stat().st_size for f in parts},
+            "checksum": CHECKSUM,
+            "checksums": checksums(parts),
         }
         (tmp / MARKER).write_text(json.dumps(marker, indent=1))
         _fsync_path(tmp / MARKER)
@@ -125,10 +156,11 @@ def read_sharded(path: Path, *, sharded: dict[str, Any], rank: int) -> dict[str,
     import torch.distributed.checkpoint as dcp
 
     path = Path(path)
-    if not is_complete(path):
+    problem = verify(path)
+    if problem is not None:
         raise FileNotFoundError(
-            f"checkpoint {path} is missing or incomplete (no valid {MARKER}); "
-            "use rocmtrain.checkpoint.find_resume(root) to pick a complete one"
+            f"checkpoint {path} cannot be loaded: {problem}; "
+            "use rocmtrain.checkpoint.find_resume(root) to pick an intact one"
         )
     dcp.load(sharded, checkpoint_id=str(path))
     own = path / f"rank_{rank}.pt"
@@ -145,16 +177,73 @@ def read_marker(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def is_complete(path: Path) -> bool:
-    """Marker present and every file it lists present with its recorded size."""
-    marker = read_marker(path)
+def size_problem(path: Path, marker: dict[str, Any] | None) -> str | None:
+    """What is missing or of the wrong size in ``path`` by its ``marker``; None when all fit."""
     if not marker or not isinstance(marker.get("files"), dict):
-        return False
+        return f"no valid {MARKER} (a write that did not finish)"
     for name, size in marker["files"].items():
         f = Path(path) / name
-        if not f.is_file() or f.stat().st_size != size:
-            return False
-    return True
+        if not f.is_file():
+            return f"{name} is missing"
+        if f.stat().st_size != size:
+            return f"{name} has {f.stat().st_size} bytes, {MARKER} recorded {size}"
+    return None
+
+
+def is_complete(path: Path) -> bool:
+    """Marker present and every file it lists present with its recorded size (no hashing)."""
+    return size_problem(path, read_marker(path)) is None
+
+
+def checksum_problem(path: Path, marker: dict[str, Any]) -> str | None:
+    """The first file whose sha256 differs from the marker's; None when all match."""
+    recorded = marker.get("checksums")
+    if not isinstance(recorded, dict) or marker.get("checksum") != CHECKSUM:
+        return None  # a format-1 marker: nothing to compare (see verify)
+    names = sorted(marker["files"])
+    missing = [n for n in names if n not in recorded]
+    if missing:
+        return f"{MARKER} has no checksum for {missing[0]}"
+    actual = checksums([Path(path) / n for n in names])
+    for name in names:
+        if actual[name] != recorded[name]:
+            return (
+                f"{name} is corrupt: its sha256 is {actual[name][:16]}..., {MARKER} recorded "
+                f"{recorded[name][:16]}... (the file changed after the checkpoint completed)"
+            )
+    return None
+
+
+#: checkpoints found intact, by (path, marker mtime): find_resume and read_sharded hash once
+_verified: set[tuple[str, int]] = set()
+
+
+def verify(path: Path) -> str | None:
+    """Why checkpoint ``path`` cannot be loaded (missing/short/corrupt file), or None.
+
+    Hashes every file once per process (the result is kept while the marker is unchanged).
+    A marker without checksums (written before format 2) passes on sizes, with a warning.
+    """
+    path = Path(path)
+    marker = read_marker(path)
+    problem = size_problem(path, marker)
+    if problem is not None or marker is None:
+        return problem
+    key = (str(path.resolve()), (path / MARKER).stat().st_mtime_ns)
+    if key in _verified:
+        return None
+    if "checksums" not in marker:
+        log.warning(
+            "checkpoint %s has no checksums (%s format %s, before checksums were recorded): "
+            "checked by file sizes only",
+            path,
+            MARKER,
+            marker.get("format"),
+        )
+    problem = checksum_problem(path, marker)
+    if problem is None:
+        _verified.add(key)
+    return problem
 
 
 def list_checkpoints(root: Path) -> list[Path]:
@@ -167,11 +256,12 @@ def list_checkpoints(root: Path) -> list[Path]:
 
 
 def find_resume(root: Path) -> Path | None:
-    """Newest complete checkpoint under ``root``; skips (and logs) partial or corrupt ones."""
+    """Newest intact checkpoint under ``root``; skips (and logs why) partial or corrupt ones."""
     for path in reversed(list_checkpoints(root)):
-        if is_complete(path):
+        problem = verify(path)
+        if problem is None:
             return path
-        log.warning("skipping incomplete or corrupt checkpoint %s", path)
+        log.warning("skipping checkpoint %s: %s; trying the previous one", path, problem)
     return None
 
 

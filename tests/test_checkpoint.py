@@ -1,15 +1,18 @@
-"""rocmtrain.checkpoint: atomic write protocol, find_resume skipping partial/corrupt checkpoints,
-keep-last-N pruning, and a real SIGKILL in the middle of a write (single process, real DCP files).
+"""rocmtrain.checkpoint: atomic write protocol, find_resume skipping partial/corrupt checkpoints
+(sizes, and sha256 for same-size corruption), keep-last-N pruning, and a real SIGKILL in the middle of a write (single process, real DCP files).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 
 from rocmtrain import checkpoint as ckpt
@@ -98,3 +101,48 @@ def test_sigkill_during_write_leaves_previous_loadable(tmp_path):
     _write(tmp_path, 3, 3.0)
     ckpt.prune(tmp_path, keep_last=2)
     assert not (tmp_path / ".step-000000002.tmp").exists()
+
+
+def _flip_bit(file: Path, offset: int) -> None:
+    """A same-size corruption: one bit of one byte flipped in place."""
+    data = bytearray(file.read_bytes())
+    data[offset] ^= 0x10
+    file.write_bytes(bytes(data))
+
+
+def test_marker_records_sha256_of_every_file(tmp_path):
+    path = _write(tmp_path, 1, 1.0)
+    marker = json.loads((path / ckpt.MARKER).read_text())
+    assert marker["format"] == 2 and marker["checksum"] == "sha256"
+    assert sorted(marker["checksums"]) == sorted(marker["files"])
+    for name, digest in marker["checksums"].items():
+        assert hashlib.sha256((path / name).read_bytes()).hexdigest() == digest
+    assert ckpt.verify(path) is None
+
+
+def test_same_size_bit_flip_is_skipped_with_a_warning_naming_the_file(tmp_path, caplog):
+    good = _write(tmp_path, 1, 1.0)
+    bad = _write(tmp_path, 2, 2.0)
+    shard = next(bad.glob("*.distcp"))
+    size = shard.stat().st_size
+    _flip_bit(shard, size // 2)
+    assert shard.stat().st_size == size and ckpt.is_complete(bad)  # sizes cannot tell
+    with caplog.at_level(logging.WARNING, logger="rocmtrain.checkpoint"):
+        assert ckpt.find_resume(tmp_path) == good
+    assert f"skipping checkpoint {bad}" in caplog.text and f"{shard.name} is corrupt" in caplog.text
+    with pytest.raises(FileNotFoundError, match=rf"{shard.name} is corrupt"):
+        _read(bad)
+    assert torch.equal(_read(good)[0], torch.full((64, 4), 1.0))
+
+
+def test_marker_without_checksums_is_accepted_with_a_warning(tmp_path, caplog):
+    old = _write(tmp_path, 1, 1.0)
+    marker = json.loads((old / ckpt.MARKER).read_text())
+    for key in ("checksum", "checksums"):
+        del marker[key]
+    marker["format"] = 1  # as written before checksums were recorded
+    (old / ckpt.MARKER).write_text(json.dumps(marker))
+    with caplog.at_level(logging.WARNING, logger="rocmtrain.checkpoint"):
+        assert ckpt.find_resume(tmp_path) == old
+    assert "has no checksums" in caplog.text and str(old) in caplog.text
+    assert torch.equal(_read(old)[0], torch.full((64, 4), 1.0))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 DATA_KINDS = ("synthetic", "criteo_tsv", "criteo_npy")
 FILE_FORMATS = ("auto", "tsv", "csv")
+NPY_IDS = ("contiguous", "raw")
 
 
 class DataConfigError(ValueError):
@@ -53,6 +54,13 @@ class DataConfig:
     val_fraction: float = 0.1
     """Criteo kinds without ``val_path``: fraction of rows (the last ones) used for validation,
     in ``[0, 1)``; 0 disables validation."""
+
+    npy_ids: str = "contiguous"
+    """``criteo_npy`` only: what the integer ids of ``day_<X>_sparse.npy`` are. ``"contiguous"``:
+    row numbers of the tables, each in ``[0, rows[f])``; any other id is an error naming the file,
+    feature and value. ``"raw"``: raw Criteo ids as torchrec's ``BinaryCriteoUtils.tsv_to_npys``
+    writes them (``int(hex, 16)``), taken ``% rows[f]`` as TorchRec's ``hashes`` and the TSV reader
+    do; a negative id is an error there too (no hex id is negative)."""
 
     mmap: bool = True
     """``criteo_npy`` only: memory-map the ``.npy`` files instead of loading them into memory."""
@@ -140,6 +148,8 @@ class DataConfig:
             _fail("max_rows", self.max_rows, "use a positive row count or null for all rows")
         if self.file_format not in FILE_FORMATS:
             _fail("file_format", self.file_format, f"choose one of {', '.join(FILE_FORMATS)}")
+        if self.npy_ids not in NPY_IDS:
+            _fail("npy_ids", self.npy_ids, f"choose one of {', '.join(NPY_IDS)}")
         if self.signal_strength < 0:
             _fail("signal_strength", self.signal_strength, "use a value >= 0 (1.0 is the default)")
         if not 0.0 < self.base_ctr < 1.0:

@@ -11,8 +11,14 @@ then ``% hashes``). Raw files are parsed into memory once (:mod:`rocmtrain.data.
 convert the 1TB logs with TorchRec's ``torchrec/datasets/scripts/npy_preproc_criteo.py`` and use
 
 ``data.kind=criteo_npy``: ``<path>/day_<X>_dense.npy`` (float32 ``[N, 13]``, already
-log-transformed by TorchRec), ``day_<X>_sparse.npy`` (int ``[N, 26]``, raw ids, taken
-``% rows[f]`` here), ``day_<X>_labels.npy`` (int ``[N, 1]``); memory-mapped by default.
+log-transformed by TorchRec), ``day_<X>_sparse.npy`` (int ``[N, 26]``), ``day_<X>_labels.npy``
+(int ``[N, 1]``); memory-mapped by default. Sparse ids are table rows in ``[0, rows[f])``
+(``data.npy_ids=contiguous``) or raw Criteo ids taken ``% rows[f]`` (``data.npy_ids=raw``, what
+``BinaryCriteoUtils.tsv_to_npys`` writes).
+
+Ids are never wrapped silently: every batch's ids are checked as it is read, and a negative id
+(any kind) or an id outside its table (contiguous ids) is a :class:`DataConfigError` naming the
+file, row, feature and value.
 
 Rows are concatenated in file (day) order; the last ``val_fraction`` of them validate unless
 ``val_path`` is given. Sharding and resuming: :mod:`rocmtrain.data.loader`.
@@ -90,9 +96,13 @@ class CriteoSource:
         return self._order[1][lo:hi].numpy() + self.start
 
     def batch(self, epoch: int, index: int) -> Batch:
-        dense, sparse, labels = self.rows.gather(self.positions(epoch, index))
+        positions = self.positions(epoch, index)
+        dense, sparse, labels = self.rows.gather(positions)
         num_features = len(self.table_rows)
-        ids = sparse[:, :num_features] % self.table_rows
+        ids = sparse[:, :num_features]
+        check_ids(ids, self.table_rows, self.rows, positions)
+        if self.rows.hashed:
+            ids = ids % self.table_rows
         return make_batch(
             torch.from_numpy(dense),
             [
@@ -101,6 +111,49 @@ class CriteoSource:
             ],
             torch.from_numpy(labels),
         )
+
+
+def check_ids(
+    ids: np.ndarray, table_rows: np.ndarray, rows: CriteoRows, positions: np.ndarray
+) -> None:
+    """Raise naming the file, row, feature and value of the first id that cannot be used.
+
+    Negative ids are always wrong (``%`` would wrap them onto an unrelated row); ids of
+    contiguous (not hashed) files must also lie inside their table.
+    """
+    bad = ids < 0
+    if not rows.hashed:
+        bad |= ids >= table_rows
+    if not bad.any():
+        return
+    sample, feature = (int(i) for i in np.argwhere(bad)[0])
+    value, size = int(ids[sample, feature]), int(table_rows[feature])
+    file, row = rows.locate(int(positions[sample]))
+    if value < 0:
+        fix = "ids are never negative: rewrite the file (an int32 overflow of raw hex ids?)"
+    else:
+        fix = (
+            f"raise model.num_embeddings_per_feature[{feature}] above {value}, or, if the file "
+            "holds raw Criteo ids (torchrec's npy_preproc_criteo.py), set data.npy_ids=raw to "
+            "take them % rows as TorchRec does"
+        )
+    raise DataConfigError(
+        f"data: {file} row {row}: feature C{feature + 1} (cat_{feature}) has id {value}, outside "
+        f"[0, {size}) of its table; {fix}"
+    )
+
+
+#: parts up to this many ids are checked whole at start-up; larger (memory-mapped) ones per batch
+EAGER_CHECK_IDS = 1 << 26
+
+
+def check_loaded_ids(rows: CriteoRows, table_rows: np.ndarray) -> None:
+    """Check every id of the parts small enough to scan now, so bad files fail before training."""
+    for part, sparse in enumerate(rows.sparse):
+        if sparse.size > EAGER_CHECK_IDS:
+            continue
+        ids = np.asarray(sparse[:, : len(table_rows)])
+        check_ids(ids, table_rows, rows, np.arange(len(ids)) + rows.starts[part])
 
 
 def criteo_factory(
@@ -125,12 +178,19 @@ def criteo_factory(
                 path, file_format=cfg.file_format, max_rows=cfg.max_rows, field=field
             )
         return read_criteo_npy(
-            path, days=cfg.days, mmap=cfg.mmap, max_rows=cfg.max_rows, field=field
+            path,
+            days=cfg.days,
+            mmap=cfg.mmap,
+            max_rows=cfg.max_rows,
+            field=field,
+            raw_ids=cfg.npy_ids == "raw",
         )
 
     train_rows = load("path")
+    check_loaded_ids(train_rows, np.array(rows, dtype=np.int64))
     if cfg.val_path is not None:
         val_rows = load("val_path")
+        check_loaded_ids(val_rows, np.array(rows, dtype=np.int64))
         train_range = (0, len(train_rows))
         val_range = (0, len(val_rows))
     else:

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import re
 from dataclasses import dataclass
@@ -33,9 +34,19 @@ class CriteoRows:
     """Per part: integer ``[N_p, 26]`` raw categorical ids (not yet taken modulo table rows)."""
     labels: list[np.ndarray]
     """Per part: ``[N_p]`` or ``[N_p, 1]`` labels in {0, 1}."""
+    files: list[str] = dataclasses.field(default_factory=list)
+    """Per part: the file its sparse ids came from (for error messages)."""
+    hashed: bool = True
+    """The ids are raw Criteo ids, taken ``% rows[f]``; else they must lie in ``[0, rows[f])``."""
 
     def __post_init__(self) -> None:
         self.starts = np.cumsum([0] + [len(d) for d in self.dense])
+
+    def locate(self, row: int) -> tuple[str, int]:
+        """The file and the row within it of global row ``row``."""
+        part = int(np.searchsorted(self.starts, row, side="right") - 1)
+        file = self.files[part] if part < len(self.files) else "?"
+        return file, row - int(self.starts[part])
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -92,7 +103,7 @@ def read_criteo_text(
     Raises:
         DataConfigError: naming the file and line of a malformed row.
     """
-    dense, sparse, labels = [], [], []
+    dense, sparse, labels, files = [], [], [], []
     remaining = max_rows
     for file in text_files(path):
         with _open_text(file) as fh:
@@ -108,6 +119,7 @@ def read_criteo_text(
                 dense.append(d)
                 sparse.append(s)
                 labels.append(lab)
+                files.append(str(file))
                 if remaining is not None:
                     remaining -= len(chunk)
         if remaining == 0:
@@ -116,7 +128,7 @@ def read_criteo_text(
         raise DataConfigError(
             f"data.{field}={str(path)!r} is invalid: no data rows found; point it at Criteo rows"
         )
-    return CriteoRows(dense, sparse, labels)
+    return CriteoRows(dense, sparse, labels, files=files, hashed=True)
 
 
 CHUNK_ROWS = 1 << 16
@@ -176,7 +188,10 @@ def _parse_lines(
             f"Criteo labels are 0 or 1"
         )
     dense = np.log1p(np.maximum(numeric[:, 1:], 0.0)).astype(np.float32)
-    sparse = parse_hex(table[:, 1 + INT_FEATURE_COUNT :], file=file, field=field)
+    line_numbers = [number for number, _ in lines]
+    sparse = parse_hex(
+        table[:, 1 + INT_FEATURE_COUNT :], file=file, field=field, lines=line_numbers
+    )
     return dense, sparse, label.astype(np.float32)
 
 
@@ -185,8 +200,15 @@ for _i, _c in enumerate("0123456789abcdef"):
     _HEX_VALUE[ord(_c)] = _HEX_VALUE[ord(_c.upper())] = _i
 
 
-def parse_hex(cells: np.ndarray, *, file: Path | str = "", field: str = "path") -> np.ndarray:
-    """``int(c, 16)`` of every cell of a unicode array (empty -> 0), vectorised; int64."""
+def parse_hex(
+    cells: np.ndarray,
+    *,
+    file: Path | str = "",
+    field: str = "path",
+    lines: list[int] | None = None,
+) -> np.ndarray:
+    """``int(c, 16)`` of every cell of a unicode ``[rows, C1..C26]`` array (empty -> 0),
+    vectorised; int64. ``lines``: the file's line number of each row (for errors)."""
     width = cells.dtype.itemsize // 4
     if width == 0:
         return np.zeros(cells.shape, dtype=np.int64)
@@ -197,13 +219,23 @@ def parse_hex(cells: np.ndarray, *, file: Path | str = "", field: str = "path") 
     digits = _HEX_VALUE[np.minimum(codes, 127)]
     bad = (used & ((digits < 0) | (codes > 127))).any(axis=-1) | (lengths > 15)
     if bad.any():
-        value = cells[np.unravel_index(int(np.flatnonzero(bad)[0]), bad.shape)]
+        where = np.unravel_index(int(np.flatnonzero(bad)[0]), bad.shape)
         raise DataConfigError(
-            f"data.{field}: {file} has categorical value {value!r}, not a hex id of at most 15 "
-            f"digits; C1-C26 must be hex ids or empty"
+            f"data.{field}: {file}{_cell_name(where, lines)} has categorical value "
+            f"{cells[where]!r}, not a hex id of at most 15 digits (ids are never negative); "
+            f"C1-C26 must be hex ids or empty"
         )
     exponent = np.clip(lengths[..., None] - 1 - position, 0, None)
     return np.where(used, digits << (4 * exponent), 0).sum(axis=-1)
+
+
+def _cell_name(where: tuple, lines: list[int] | None) -> str:
+    """``:LINE feature C<k>`` of a cell of a 2-d categorical table (``""`` for other shapes)."""
+    if len(where) != 2:
+        return ""
+    row, column = (int(i) for i in where)
+    line = f":{lines[row]}" if lines is not None else ""
+    return f"{line} feature C{column + 1}"
 
 
 # ---- TorchRec .npy ---------------------------------------------------------------------------
@@ -231,9 +263,15 @@ def read_criteo_npy(
     mmap: bool,
     max_rows: int | None = None,
     field: str = "path",
+    raw_ids: bool = False,
 ) -> CriteoRows:
-    """Open TorchRec's ``day_<X>_{dense,sparse,labels}.npy`` files (memory-mapped by default)."""
-    dense, sparse, labels = [], [], []
+    """Open TorchRec's ``day_<X>_{dense,sparse,labels}.npy`` files (memory-mapped by default).
+
+    ``raw_ids``: the sparse ids are raw Criteo ids (taken ``% rows`` later), else table rows.
+    Ids are checked per batch as they are read (a full scan of a memory-mapped day would read
+    it all at start-up).
+    """
+    dense, sparse, labels, sources = [], [], [], []
     remaining = max_rows
     for day in npy_days(path, days, field=field):
         files = [path / f"day_{day}_{kind}.npy" for kind in ("dense", "sparse", "labels")]
@@ -262,9 +300,10 @@ def read_criteo_npy(
         dense.append(d)
         sparse.append(s)
         labels.append(lab)
+        sources.append(str(files[1]))
         if remaining == 0:
             break
-    return CriteoRows(dense, sparse, labels)
+    return CriteoRows(dense, sparse, labels, files=sources, hashed=raw_ids)
 
 
 def _load_npy(file: Path, *, mmap: bool, field: str) -> np.ndarray:

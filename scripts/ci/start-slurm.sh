@@ -9,8 +9,19 @@
 #   SLURM_NODES=1  one node named $(hostname -s);  N>1: fake nodes n[1-N] (one slurmd each, Debian build has MULTIPLE_SLURMD)
 #   SLURM_ACCOUNTING=1  also MariaDB + slurmdbd so that sacct works (submitit needs it to notice cancelled/killed jobs)
 #   SLURM_STATE=/tmp/slurm  state, logs, pid files (wiped on every start)
+#   SLURM_CONF=/etc/slurm/slurm.conf  where the config goes; another path (with SLURM_PORT=6827,
+#     SLURMD_PORT_BASE=17100, SLURM_STATE elsewhere, SLURM_ACCOUNTING=0) runs a second cluster beside
+#     one already running on this machine, reached by clients that have that SLURM_CONF
+#   ROCMTRAIN_CI_SLURM_MARKER=/run/rocmtrain-ci-slurm/cluster.json  written once every node is idle:
+#     names the cluster started here (ClusterName, controller, nodes, slurmctld pid). The Slurm tests
+#     submit jobs only to the cluster it names (tests/launch/conftest.py); stop-slurm.sh removes it.
 set -euo pipefail
 NODES=${SLURM_NODES:-1}; ACCT=${SLURM_ACCOUNTING:-1}; S=${SLURM_STATE:-/tmp/slurm}
+MARKER=${ROCMTRAIN_CI_SLURM_MARKER:-/run/rocmtrain-ci-slurm/cluster.json}
+export SLURM_CONF=${SLURM_CONF:-/etc/slurm/slurm.conf}; CONF_DIR=$(dirname "$SLURM_CONF")
+CTLD_PORT=${SLURM_PORT:-6817}; SLURMD_BASE=${SLURMD_PORT_BASE:-17000}
+# a name of our own, so that the tests can tell this cluster from any other that answers sinfo
+CLUSTER=rocmtrain_ci
 export DEBIAN_FRONTEND=noninteractive
 log() { echo "[start-slurm $(date +%T)] $*"; }
 
@@ -25,6 +36,7 @@ if [ -s "$S/slurmctld.pid" ] && kill -0 "$(cat "$S/slurmctld.pid")" 2>/dev/null;
   log "slurmctld already running (pid $(cat "$S/slurmctld.pid")): stopping it first (fresh state)"
   bash "$(dirname "$0")/stop-slurm.sh"; fi
 
+rm -f "$MARKER"   # a cluster being (re)started is not ready for the tests yet
 H=$(hostname -s); CPUS=$(nproc); MEM=$(( $(free -m | awk '/^Mem:/{print $2}') * 9 / 10 ))
 rm -rf "$S"; mkdir -p "$S/ctld" "$S/log"
 
@@ -44,16 +56,18 @@ if [ "$NODES" = 1 ]; then
   NAMES="$H"; NODELINE="NodeName=$H NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM State=UNKNOWN"
 else
   NAMES=$(seq -f 'n%g' 1 "$NODES")
-  NODELINE="NodeName=n[1-$NODES] NodeHostname=$H NodeAddr=127.0.0.1 Port=[17001-$((17000+NODES))] CPUs=$CPUS RealMemory=$((MEM/NODES)) State=UNKNOWN"
+  NODELINE="NodeName=n[1-$NODES] NodeHostname=$H NodeAddr=127.0.0.1 Port=[$((SLURMD_BASE+1))-$((SLURMD_BASE+NODES))] CPUs=$CPUS RealMemory=$((MEM/NODES)) State=UNKNOWN"
 fi
 if [ "$ACCT" = 1 ]; then
   ACCTCONF=$'AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\nJobAcctGatherType=jobacct_gather/linux'
 else
   ACCTCONF=$'AccountingStorageType=accounting_storage/none\nJobAcctGatherType=jobacct_gather/none'
 fi
-cat > /etc/slurm/slurm.conf <<EOF
-ClusterName=ci
+mkdir -p "$CONF_DIR"
+cat > "$SLURM_CONF" <<EOF
+ClusterName=$CLUSTER
 SlurmctldHost=localhost
+SlurmctldPort=$CTLD_PORT
 SlurmUser=root
 AuthType=auth/munge
 CredType=cred/munge
@@ -94,7 +108,7 @@ if [ "$ACCT" = 1 ]; then
   mariadb -e "DROP DATABASE IF EXISTS slurm_acct_db;  -- job ids restart at 1 with the wiped state dir
               CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurm';
               GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';"
-  cat > /etc/slurm/slurmdbd.conf <<EOF
+  cat > "$CONF_DIR/slurmdbd.conf" <<EOF
 AuthType=auth/munge
 DbdHost=localhost
 SlurmUser=root
@@ -106,7 +120,7 @@ StorageUser=slurm
 StoragePass=slurm
 StorageLoc=slurm_acct_db
 EOF
-  chmod 600 /etc/slurm/slurmdbd.conf     # slurmdbd checks: mode 600, owner = SlurmUser
+  chmod 600 "$CONF_DIR/slurmdbd.conf"     # slurmdbd checks: mode 600, owner = SlurmUser
   /usr/sbin/slurmdbd </dev/null >/dev/null 2>&1
   for i in $(seq 100); do sacctmgr -n list cluster >/dev/null 2>&1 && break; sleep 0.2; done
 fi
@@ -118,20 +132,36 @@ if [ "$NODES" != 1 ]; then
   if [ -n "$missing_names" ]; then
     if { echo "127.0.0.1$missing_names $HOSTS_MARK" >> /etc/hosts; } 2>/dev/null; then
       log "added to /etc/hosts: 127.0.0.1$missing_names"
+      touch "$S/hosts-added"   # stop-slurm.sh removes the line only when this start added it
     else
       log "WARNING: /etc/hosts not writable: node names$missing_names do not resolve; multi-node jobs need MASTER_ADDR"
     fi
   fi
 fi
 
+# the marker the Slurm tests check (written to a temp file and renamed: never seen half-written)
+write_marker() {
+  local nodes_json
+  nodes_json=$(printf '"%s",' $NAMES); nodes_json="[${nodes_json%,}]"
+  mkdir -p "$(dirname "$MARKER")"
+  cat > "$MARKER.tmp" <<EOF
+{"cluster": "$CLUSTER", "control_host": "localhost", "slurm_conf": "$SLURM_CONF",
+ "nodes": $nodes_json, "slurmctld_pid": $(cat "$S/slurmctld.pid"), "state_dir": "$S",
+ "started": "$(date -u +%FT%TZ)", "start_command": "SLURM_NODES=$NODES bash scripts/ci/start-slurm.sh"}
+EOF
+  mv -f "$MARKER.tmp" "$MARKER"
+}
+
 # 5. controller + node daemon(s); both daemonize and write their pid files
-/usr/sbin/slurmctld </dev/null >/dev/null 2>&1
-for n in $NAMES; do /usr/sbin/slurmd -N "$n" </dev/null >/dev/null 2>&1; done
+/usr/sbin/slurmctld -f "$SLURM_CONF" </dev/null >/dev/null 2>&1
+for n in $NAMES; do /usr/sbin/slurmd -f "$SLURM_CONF" -N "$n" </dev/null >/dev/null 2>&1; done
 
 # 6. wait until every node is idle
 for i in $(seq 300); do
   st=$(sinfo -h -N -o '%N %T' 2>/dev/null | sort -u || true)
-  if [ "$(echo "$st" | grep -c ' idle$')" = "$NODES" ]; then log "ready: $(echo $st)"; exit 0; fi
+  if [ "$(echo "$st" | grep -c ' idle$')" = "$NODES" ]; then
+    write_marker; log "ready: $(echo $st); marker $MARKER"; exit 0
+  fi
   sleep 0.2
 done
 log "nodes not idle after 60s: $st"; tail -n 20 "$S"/log/*.log; exit 1

@@ -149,7 +149,7 @@ def test_npy_written_by_torchrec_reads_back_like_the_tsv(data_dir, tmp_path):
     raw = _raw_rows(src, "\t", header=False)
     ints = np.array([[int(x or "0") for x in r[1:14]] for r in raw], dtype=np.float64)
     want_dense = np.log(ints - ints.min() + 2)  # TorchRec's transform, stored in the file
-    npy = _dm(tmp_path, kind="criteo_npy", val_fraction=0.0)
+    npy = _dm(tmp_path, kind="criteo_npy", npy_ids="raw", val_fraction=0.0)
     dense, ids, labels = _all(npy.train_dataloader())
     assert dense.shape == (200, 13)
     np.testing.assert_allclose(dense[:100].numpy(), want_dense, rtol=1e-6)
@@ -157,7 +157,9 @@ def test_npy_written_by_torchrec_reads_back_like_the_tsv(data_dir, tmp_path):
     _, tsv_ids, tsv_labels = _all(_dm(src, val_fraction=0.0).train_dataloader())
     assert torch.equal(ids[:100], tsv_ids) and torch.equal(ids[100:], tsv_ids)
     assert torch.equal(labels[:100], tsv_labels)
-    one_day = _dm(tmp_path, kind="criteo_npy", days=[1], val_fraction=0.1, mmap=False)
+    one_day = _dm(
+        tmp_path, kind="criteo_npy", npy_ids="raw", days=[1], val_fraction=0.1, mmap=False
+    )
     assert sum(b.labels.numel() for b in one_day.train_dataloader()) == 90
     assert sum(b.labels.numel() for b in one_day.val_dataloader()) == 10
 

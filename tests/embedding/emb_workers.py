@@ -110,10 +110,42 @@ def _entry(
 
     dist.init_process_group(backend, rank=rank, world_size=world)
     try:
-        result = fn(rank, world, *args)
-        torch.save(result, Path(out) / f"result_{rank}.pt")
+        torch.save(fn(rank, world, *args), Path(out) / f"result_{rank}.pt")
+        quiesce()
     finally:
         dist.destroy_process_group()
+    exit_now()
+
+
+def quiesce() -> None:
+    """Free what still uses the process group, then wait for the peer, before destroying it.
+
+    The DMP/DDP models a session builds sit in reference cycles (module hooks) that hold the
+    group and the collectives' work objects; left to the interpreter's final collection, they are
+    destroyed during finalization while gloo's worker threads still run, and the rank aborts
+    (``terminate called without an active exception``, SIGABRT). Collecting them here frees them
+    while everything is alive; the barrier keeps a rank from closing its gloo connections while
+    the other still has a collective in flight.
+    """
+    import gc
+
+    import torch.distributed as dist
+
+    gc.collect()
+    dist.barrier()
+
+
+def exit_now() -> None:
+    """End a rank that finished (result saved, group destroyed) without interpreter finalization.
+
+    What is left is library state (intra-op/inter-op thread pools, gloo's transport threads);
+    tearing it down at exit only gives it a chance to abort a run whose work is done.
+    """
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_ranks(fn: Callable[..., Any], world: int, *args: Any, backend: str = "gloo") -> list[Any]:

@@ -1,26 +1,22 @@
-"""Fixtures of the Slurm tests: a real cluster (CI starts one: scripts/ci/start-slurm.sh).
+"""Fixtures of the Slurm tests: the cluster ``scripts/ci/start-slurm.sh`` started, and no other.
 
-Tests marked ``slurm`` FAIL when ``CI`` is set and no cluster answers; they are skipped (with the
-reason) only on a machine without Slurm's client tools and with ``CI`` unset. To run them locally:
-``SLURM_NODES=2 bash scripts/ci/start-slurm.sh`` (root), then ``pytest -m slurm tests/launch``.
+The tests marked ``slurm`` submit real jobs, so they run only against the cluster named by the
+marker file start-slurm.sh writes once its nodes are idle (``/run/rocmtrain-ci-slurm/cluster.json``,
+or ``$ROCMTRAIN_CI_SLURM_MARKER``; stop-slurm.sh removes it), and only while that cluster's
+controller answers under that name. Any other cluster that happens to answer ``sinfo`` (a site's
+real one, through ``/etc/slurm`` or ``SLURM_CONF``) is never given a job.
+
+Without such a cluster the tests are skipped with the command that starts one; with ``CI`` set
+(``.ci/run`` starts the cluster first) they fail instead. To run them locally (root):
+``SLURM_NODES=2 bash scripts/ci/start-slurm.sh``, then ``pytest -m slurm tests/launch``.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-from dataclasses import dataclass
 
 import pytest
-
-START = "SLURM_NODES=2 bash scripts/ci/start-slurm.sh"
-
-
-@dataclass(frozen=True)
-class Cluster:
-    partition: str
-    nodes: list[str]
+from slurm_helpers import Cluster, NotOurCluster, find_cluster
 
 
 def _ci() -> bool:
@@ -29,22 +25,14 @@ def _ci() -> bool:
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Cluster:
-    """The running Slurm cluster (>= 2 idle nodes), or fail/skip with the reason."""
-    if shutil.which("sinfo") is None:
-        if _ci():
-            pytest.fail(f"CI is set but Slurm's sinfo is not installed: run `{START}` first")
-        pytest.skip(f"no Slurm here (sinfo not found); start one with `{START}` (as root)")
+    """The running cluster of start-slurm.sh; skip (fail under ``CI``) with the reason otherwise."""
     try:
-        out = subprocess.run(
-            ["sinfo", "-h", "-N", "-o", "%N %P %T"], capture_output=True, text=True, timeout=20
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"sinfo did not answer in 20 s: is slurmctld running? (`{START}`)")
-    rows = [line.split() for line in out.stdout.splitlines() if line.strip()]
-    if out.returncode != 0 or not rows:
-        pytest.fail(f"no Slurm cluster answers (sinfo: {out.stderr.strip()!r}); run `{START}`")
-    nodes = sorted({r[0] for r in rows})
-    if len(nodes) < 2:
-        pytest.fail(f"the Slurm tests need 2 nodes, sinfo shows {nodes}; run `{START}`")
-    default = next((r[1] for r in rows if r[1].endswith("*")), rows[0][1])
-    return Cluster(partition=default.rstrip("*"), nodes=nodes)
+        cluster = find_cluster()
+    except NotOurCluster as why:
+        if _ci():
+            pytest.fail(f"CI is set: {why}")
+        pytest.skip(str(why))
+    # every sbatch/scontrol the tests run, and (sbatch exports the environment) every srun in
+    # their jobs, reach this cluster even where /etc/slurm or SLURM_CONF lead to another one
+    os.environ["SLURM_CONF"] = cluster.slurm_conf
+    return cluster
