@@ -3,7 +3,7 @@
 Migration guides for CUDA→ROCm recommend knobs that do not exist (``RCCL_PROTO``, ``RCCL_LL_THRESHOLD``,
 ``HIP_ENABLE_DOUBLE_BUFFER``...). rocmtrain never sets them; this registry lets the env writer
 (:mod:`rocmtrain.comms.env`), the RCCL config validation (:mod:`rocmtrain.comms.rccl`) and the doctor
-tell the user what the real knob is. Facts and sources: ``ROCM_FACTS.md`` §1-3 and §8.
+tell the user what the real knob is. Facts and sources: each entry below names its source (file at a tag, or a doc URL).
 
     from rocmtrain.comms.registry import Versions, check_environment, lookup
     have = Versions.parse(torch="2.7.1+rocm6.3", rccl="2.21.5", arch="gfx942")
@@ -208,7 +208,7 @@ NCCL_LL_THRESHOLD | nccl | dead | NCCL_PROTO / RCCL_OVERRIDE_PROTO | removed fro
 NCCL_TREE_THRESHOLD | nccl | dead | NCCL_ALGO / RCCL_OVERRIDE_ALGO | removed from NCCL between 2.4.8 and 2.5.6; old RCCL (2.5.0-3.1.0, ROCm <= 3.1) read it, no current RCCL does (silently ignored) | NCCL25 | rocm<3.2 (removed) |  |  | yes
 NCCL_LL128_THRESHOLD | nccl | fabricated | NCCL_PROTO | never existed in NCCL or RCCL | NCCL_DOC |  |  |  | yes
 RCCL_ENABLE_MSCCLPP | rccl | fabricated | RCCL_MSCCLPP_ENABLE | a misspelling in AMD's docs; RCCL reads RCCL_MSCCLPP_ENABLE | RCCL_DOC |  |  |  | yes
-HIP_MATRIX_ACCUMULATE_PRECISION | hip | fabricated | torch.set_float32_matmul_precision / compute type | GEMM accumulation is chosen by the compute type (ROCM_FACTS §4) | TORCH_HIP |  |  |  | yes
+HIP_MATRIX_ACCUMULATE_PRECISION | hip | fabricated | torch.set_float32_matmul_precision / compute type | GEMM accumulation is chosen by the compute type | TORCH_HIP |  |  |  | yes
 TORCH_HIP_MEM_POOL_ENABLE | torch | fabricated | PYTORCH_HIP_ALLOC_CONF | allocator knobs: PYTORCH_HIP_ALLOC_CONF (= PYTORCH_CUDA_ALLOC_CONF), PYTORCH_NO_HIP_MEMORY_CACHING=1 | TORCH_HIP |  |  |  | yes
 HIP_ENABLE_DOUBLE_BUFFER | hip | fabricated |  | no equivalent exists | HIP_ENV |  |  |  | yes
 HIP_TRACE_API | hip | legacy | AMD_LOG_LEVEL | HCC era; use AMD_LOG_LEVEL (0-5) + AMD_LOG_MASK (0x1 API calls) | HIP_DBG |  |  |  | yes

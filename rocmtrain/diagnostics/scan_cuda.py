@@ -1,4 +1,4 @@
-"""CUDA→HIP porting-trap rules for ``.cu .cuh .hip .cpp .h`` (ROCM_FACTS §6).
+"""CUDA→HIP porting-trap rules for ``.cu .cuh .hip .cpp .h``.
 
 Each rule matches on source with comments and string contents blanked (:mod:`scan_lex`), so the
 reported line:col are the file's own. Regex rules are kept narrow (lane arithmetic only on thread/lane

@@ -1,6 +1,6 @@
 """Scatter-add / index-add / embedding-gradient accumulation that never accumulates in fp16/bf16.
 
-Rule (ROCM_FACTS §4): accumulate in fp32, store once. Adding 1.0 to a bf16 slot 100 000 times by
+Rule: accumulate in fp32, store once. Adding 1.0 to a bf16 slot 100 000 times by
 repeated 16-bit adds stops at 256 (256 + 1 rounds back to 256); fp16 stops at 2048. These functions
 accumulate into a fresh fp32 buffer (Triton ``tl.atomic_add(..., sem="relaxed")`` on GPU, or torch's
 fp32 ``index_add_`` elsewhere) and cast to the destination dtype once.

@@ -7,7 +7,7 @@ import pytest
 from rocmtrain.comms import registry
 from rocmtrain.comms.registry import check_environment, lookup, parse_token_list, version_problem
 
-# name -> the replacement ROCM_FACTS §1 gives (the brief's list of invented/dead knobs)
+# name -> the real replacement (the brief's list of invented/dead knobs)
 INVENTED = {
     "RCCL_PROTO": "NCCL_PROTO",
     "RCCL_LL_THRESHOLD": "NCCL_PROTO",

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # -- hints: lines as published (source in the comment), or produced live by this torch ------------
 
-# ROCM_FACTS §3 (PyTorch ProcessGroupNCCL watchdog line, also printed for RCCL)
+# (PyTorch ProcessGroupNCCL watchdog line, also printed for RCCL)
 WATCHDOG_LINE = (
     "[Rank 7] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4486, OpType=ALLTOALL, "
     "NumelIn=8388608, NumelOut=8388608, Timeout(ms)=600000) ran for 600013 milliseconds before timing out."
