@@ -52,11 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
         module, func = SUBCOMMANDS[argv[0]].split(":")
-        try:
-            entry = getattr(importlib.import_module(module), func)
-        except (ImportError, AttributeError):
-            print(f"rocmtrain {argv[0]}: not implemented yet", file=sys.stderr)
-            return 2
+        entry = getattr(importlib.import_module(module), func)
         return run_piped(entry, argv[1:])
     from rocmtrain.cli import hydra_main  # Hydra only for training runs
 
