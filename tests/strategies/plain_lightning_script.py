@@ -4,8 +4,8 @@ strategy by name. Run by test_strategy_plain_lightning.py as a real 2-process jo
     python plain_lightning_script.py OUT.json [strategy-name | object] [stall]
 
 ``object`` passes ``TorchRecStrategy(sharding_type="table_wise", watchdog={"hang_timeout_seconds":
-15})`` instead of a name; ``stall`` makes rank 1 stop making progress inside ``training_step`` at
-step 3. Lightning starts rank 1 by re-running this script (its subprocess launcher), like ``ddp``.
+15})`` instead of a name; ``stall[=N]`` makes rank 1 stop making progress inside ``training_step``
+at step N (default 3). Lightning starts rank 1 by re-running this script (its subprocess launcher), like ``ddp``.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ F, ROWS, D = 4, 64, 8
 class TinyRec(pl.LightningModule):
     """Any LightningModule holding an EmbeddingBagCollection (tables on the meta device)."""
 
-    def __init__(self, stall: bool = False) -> None:
+    def __init__(self, stall_at: int | None = None) -> None:
         super().__init__()
-        self.stall = stall
+        self.stall_at = stall_at
         tables = [
             EmbeddingBagConfig(
                 name=f"t{i}", embedding_dim=D, num_embeddings=ROWS, feature_names=[f"f{i}"]
@@ -45,7 +45,7 @@ class TinyRec(pl.LightningModule):
         self.losses: list[float] = []
 
     def training_step(self, batch, batch_idx):
-        if self.stall and self.global_rank == 1 and self.global_step == 3:
+        if self.global_rank == 1 and self.global_step == self.stall_at:
             print("rank 1 stalls in training_step", file=sys.stderr, flush=True)
             time.sleep(600)
         ids, y = batch
@@ -65,7 +65,8 @@ class TinyRec(pl.LightningModule):
 
 def main() -> None:
     out, name = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "torchrec_table_wise")
-    stall = "stall" in sys.argv[3:]
+    stalls = [a for a in sys.argv[3:] if a.startswith("stall")]
+    stall_at = int(stalls[0].partition("=")[2] or 3) if stalls else None
     strategy: object = name
     if name == "object":
         strategy = rocmtrain.TorchRecStrategy(
@@ -76,7 +77,7 @@ def main() -> None:
     ids = torch.randint(0, ROWS, (2048, F), generator=g)
     y = (ids[:, 0] < ROWS // 2).float()  # the label is a function of feature f0's id
     loader = DataLoader(TensorDataset(ids, y), batch_size=64, shuffle=False)
-    model = TinyRec(stall=stall)
+    model = TinyRec(stall_at=stall_at)
     trainer = pl.Trainer(
         strategy=strategy,
         accelerator="cpu",

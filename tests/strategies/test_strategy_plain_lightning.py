@@ -54,14 +54,25 @@ def test_plain_lightning_script_swaps_the_strategy_in(tmp_path, strategy):
         assert sum(losses[-4:]) / 4 < 0.5 * sum(losses[:4]) / 4, losses
 
 
-def test_plain_lightning_script_names_the_stuck_rank_and_exits_75(tmp_path):
+@pytest.mark.parametrize(
+    ("strategy", "stall", "limit_s"),
+    [
+        # hang_timeout_seconds=15 from the first step on
+        ("object", "stall=3", 150),
+        # by name, defaults: after 20 steps the timeout is learned (10 x slowest step, floor 60 s)
+        ("torchrec_table_wise", "stall=24", 240),
+    ],
+)
+def test_plain_lightning_script_names_the_stuck_rank_and_exits_75(
+    tmp_path, strategy, stall, limit_s
+):
     start = time.monotonic()
-    proc = _run(tmp_path, "object", "stall", timeout=240)
+    proc = _run(tmp_path, strategy, stall, timeout=limit_s + 120)
     took = time.monotonic() - start
     assert proc.returncode == 75, proc.stderr[-3000:]
     report = (tmp_path / "hang_report.txt").read_text()
     assert "stuck rank(s): [1]" in report, report
     assert "stuck rank(s): [1]" in proc.stderr
-    # start-up (imports, 2 ranks, gloo, planner) + 15 s hang timeout + report, on a loaded 2-core box
-    assert took < 150, took
+    # start-up (imports, 2 ranks, gloo, planner) + the hang timeout + report, on a loaded 2-core box
+    assert took < limit_s, took
     assert _warned_fake_knob(proc.stderr)
