@@ -35,13 +35,11 @@ def _usage_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that are the user's to fix: printed as one line, exit code USAGE."""
     from rocmtrain.comms.rendezvous import RendezvousError
     from rocmtrain.config import ConfigError
-    from rocmtrain.config.data import DataConfigError
     from rocmtrain.strategies.planning import PlanError
     from rocmtrain.train import HardwareError
 
     return (
         ConfigError,
-        DataConfigError,
         PlanError,
         HardwareError,
         RendezvousError,

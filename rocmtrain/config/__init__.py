@@ -8,11 +8,20 @@ field, the bad value and the fix.
 
 from __future__ import annotations
 
+_WHOLE = object()
+
 
 class ConfigError(ValueError):
-    """A config value is unusable; the message names the field, the value and what to do."""
+    """A config value is unusable; the message names the field, the value and what to do.
 
-    def __init__(self, field: str, value: object, fix: str) -> None:
+    ``ConfigError(field, value, fix)``, or ``ConfigError(message)`` for a message that already
+    names all three (one error type for every config module)."""
+
+    def __init__(self, field: str, value: object = _WHOLE, fix: str = "") -> None:
+        if value is _WHOLE:
+            self.field, self.value, self.fix = None, None, None
+            super().__init__(field)
+            return
         self.field, self.value, self.fix = field, value, fix
         super().__init__(f"{field}={value!r} is invalid: {fix}")
 

@@ -13,13 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocmtrain.config import ConfigError
+
 DATA_KINDS = ("synthetic", "criteo_tsv", "criteo_npy")
 FILE_FORMATS = ("auto", "tsv", "csv")
 NPY_IDS = ("contiguous", "raw")
 
 
-class DataConfigError(ValueError):
-    """A ``data.*`` value is unusable; the message names the field, the value and the fix."""
+class DataConfigError(ConfigError):
+    """A ``data.*`` value or data file is unusable; the message names the field or file, the value
+    and the fix."""
 
 
 @dataclass

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rocmtrain.config import ConfigError
+
 
 @dataclass
 class MonitorConfig:
@@ -75,7 +77,7 @@ class MonitorConfig:
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             values = ", ".join(f"monitor.{n}={getattr(self, n)!r}" for n in bad)
-            raise ValueError(
+            raise ConfigError(
                 f"invalid monitor config: {values}; need interval_seconds > 0, "
                 "log_every_n_steps >= 1, 0 <= memory_headroom_fraction < 1, "
                 "profiler_active_steps >= 1, other step counts >= 0"

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rocmtrain.config import ConfigError
+
 MODES = ("32", "bf16-mixed", "16-mixed")
 SUBMODULE_PRECISIONS = ("fp32", "autocast")
 BLAS_BACKENDS = ("default", "hipblaslt", "hipblas", "cublaslt", "cublas")
@@ -35,7 +37,7 @@ _MODE_ALIASES = {
 
 def _check(name: str, value: object, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ValueError(
+        raise ConfigError(
             f"precision.{name}={value!r} is not valid; allowed: {', '.join(map(repr, allowed))}. "
             f"Set e.g. precision.{name}={allowed[0]}"
         )
@@ -84,7 +86,7 @@ class TunableOpConfig:
 
     def __post_init__(self) -> None:
         if self.max_tuning_duration_ms < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"precision.tunableop.max_tuning_duration_ms={self.max_tuning_duration_ms} must be "
                 ">= 0 (0 = PyTorch's default)"
             )
@@ -105,13 +107,13 @@ class LossScalingConfig:
 
     def __post_init__(self) -> None:
         if self.init_scale <= 0 or self.growth_factor <= 1.0 or not 0 < self.backoff_factor < 1.0:
-            raise ValueError(
+            raise ConfigError(
                 "precision.loss_scaling needs init_scale > 0, growth_factor > 1 and "
                 f"0 < backoff_factor < 1; got init_scale={self.init_scale}, "
                 f"growth_factor={self.growth_factor}, backoff_factor={self.backoff_factor}"
             )
         if self.growth_interval < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"precision.loss_scaling.growth_interval={self.growth_interval} must be >= 1"
             )
 
@@ -138,11 +140,11 @@ class GradHealthConfig:
     def __post_init__(self) -> None:
         _check("grad_health.on_nonfinite", self.on_nonfinite, NONFINITE_ACTIONS)
         if self.log_every_n_steps < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"precision.grad_health.log_every_n_steps={self.log_every_n_steps} must be >= 1"
             )
         if self.check_every_n_steps < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"precision.grad_health.check_every_n_steps={self.check_every_n_steps} must be "
                 ">= 1. Set precision.grad_health.check_every_n_steps=1 to check every step, or N "
                 "(e.g. the log interval) to check every N steps with one host sync each"
@@ -185,7 +187,7 @@ class PrecisionConfig:
     def __post_init__(self) -> None:
         mode = str(self.mode).strip().lower()
         if mode not in _MODE_ALIASES:
-            raise ValueError(
+            raise ConfigError(
                 f"precision.mode={self.mode!r} is not valid; allowed: {', '.join(map(repr, MODES))} "
                 "(aliases fp32, bf16, fp16). Pick one with precision=fp32|bf16|fp16"
             )
@@ -194,7 +196,7 @@ class PrecisionConfig:
         _check("blas_backend", self.blas_backend, BLAS_BACKENDS)
         _check("fp16_alt_impl", self.fp16_alt_impl, FP16_ALT_IMPL)
         if self.matmul_precision != "highest" and not self.allow_xf32:
-            raise ValueError(
+            raise ConfigError(
                 f"precision.matmul_precision={self.matmul_precision!r} enables TF32/XF32 GEMMs, which "
                 "is opt-in: also set precision.allow_xf32=true, or keep matmul_precision=highest"
             )
