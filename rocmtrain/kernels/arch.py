@@ -37,19 +37,16 @@ class ArchParams:
     """AMD occupancy hint (waves per SIMD); 0 = leave to the compiler. Ignored off AMD."""
     num_stages: int = 2
     """Software-pipelining depth of the loops."""
-    hot_chunk: int = 32
-    """Backward: a row's occurrences are split into chunks of at most this many positions, one
-    program each; chunks of a hot row are combined from fp32 partials (no serialisation)."""
+    bwd_max_tile: int = 64
+    """Backward: most sorted positions per program (one ``[tile, BLOCK_D]`` gradient tile); a
+    row seen more often than one tile holds is combined from fp32 partials (no serialisation)."""
     max_bags: int = 16
     """Forward: most bags per program (short bags get several per program)."""
     max_block_l: int = 16
     """Forward: most positions of one bag gathered per loop step."""
-    bwd_block_p: int = 8
-    """Backward: sorted positions walked per loop step (across the program's chunks)."""
-    bwd_chunks: int = 4
-    """Backward: chunks (distinct rows, mostly) per program."""
     bwd_elems_per_lane: int = 32
-    """Backward: fp32 temporaries per lane allowed for the chunk x position x column tile."""
+    """Backward: fp32 elements per lane of one ``[tile, BLOCK_D]`` tensor (the tile shrinks for
+    wide rows so the gradient tile, its scan and the weight rows stay in registers)."""
     hot_block: int = 32
     """Backward: partials added per step when combining a hot row."""
 
@@ -58,13 +55,13 @@ class ArchParams:
 # programs and many resident CTAs; CDNA wavefronts are 64 wide, so 128 lanes = 2 waves and
 # waves_per_eu=2 keeps register use low enough for 8+ waves per CU on gfx942 / gfx90a.
 ARCH_TABLE: dict[str, ArchParams] = {
-    "sm_90": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=64),
-    "sm_80": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=64),
-    "gfx942": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=64, waves_per_eu=2),
-    "gfx950": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=64, waves_per_eu=2),
-    "gfx90a": ArchParams(lanes=128, bytes_per_lane=16, bwd_lanes=64, waves_per_eu=2),
+    "sm_90": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=128),
+    "sm_80": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=128),
+    "gfx942": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=128, waves_per_eu=2),
+    "gfx950": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=128, waves_per_eu=2),
+    "gfx90a": ArchParams(lanes=128, bytes_per_lane=16, bwd_lanes=128, waves_per_eu=2),
     "rdna": ArchParams(lanes=64, bytes_per_lane=16, bwd_lanes=64),
-    "nvidia": ArchParams(lanes=128, bytes_per_lane=16, bwd_lanes=64),
+    "nvidia": ArchParams(lanes=128, bytes_per_lane=16, bwd_lanes=128),
     # TRITON_INTERPRET=1 on CPU: numpy runs a whole tile at once and each program costs ~50 ms of
     # Python, so the interpreter gets few, large programs (hot chunks of 512 positions: a 1e4-times
     # row still splits into 20 chunks).
@@ -72,11 +69,9 @@ ARCH_TABLE: dict[str, ArchParams] = {
         lanes=32,
         bytes_per_lane=2048,
         bwd_lanes=32,
-        hot_chunk=512,
+        bwd_max_tile=512,
         max_bags=256,
         max_block_l=64,
-        bwd_block_p=64,
-        bwd_chunks=256,
         bwd_elems_per_lane=4096,
         hot_block=64,
     ),  # fmt: skip
@@ -175,24 +170,23 @@ def forward_candidates(info: DeviceInfo, *, max_dim: int, avg_len: float, elem_b
 
 
 def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, int]:
-    """Backward (segment reduce + fused update) tile and the hot-row chunk length.
+    """Backward (segmented reduce + fused update) launch and its tile of sorted positions.
 
-    ``bags`` = chunks per program (``BLOCK_C``), ``block_l`` = sorted positions per loop step
-    (``BLOCK_P``), ``hot_block`` = partials summed per step by the hot-row kernel. A chunk's row
-    must be whole in one program (rowwise Adagrad needs the row's sum of squares), so
-    ``block_d = next_pow2(max_dim)``; the chunk x position x column temporaries are kept within
-    ``bwd_lanes * bwd_elems_per_lane`` elements.
+    A row must be whole in one program (rowwise Adagrad needs the row's sum of squares), so
+    ``block_d = next_pow2(max_dim)``; the tile holds ``bwd_lanes * bwd_elems_per_lane`` elements
+    (positions x columns), at most ``bwd_max_tile`` positions. ``hot_block`` = partials summed
+    per step by the hot-row kernel.
     """
     p = ARCH_TABLE[arch_key(info)]
     block_d = _pow2_ceil(max_dim)
     budget = p.bwd_lanes * p.bwd_elems_per_lane
-    cp = max(1, budget // block_d)  # chunks x positions
-    block_p = max(1, min(p.bwd_block_p, cp))
-    chunks = max(1, min(p.bwd_chunks, cp // block_p))
+    tile = max(16, min(p.bwd_max_tile, _pow2_floor(max(1, budget // block_d))))
+    if info.backend == "cpu":  # the interpreter sums runs with a [tile, tile, D] mask product
+        tile = max(16, min(tile, _pow2_floor((2**20 // block_d) ** 0.5)))
     ws = max(info.warp_size, 1)
     cfg = LaunchConfig(
-        bags=chunks,
-        block_l=block_p,
+        bags=1,
+        block_l=tile,
         block_d=block_d,
         num_warps=max(1, p.bwd_lanes // ws),
         num_stages=p.num_stages,
@@ -200,4 +194,4 @@ def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, in
         is_amd=info.backend == "rocm",
         hot_block=max(1, min(p.hot_block, budget // block_d)),
     )
-    return cfg, p.hot_chunk
+    return cfg, tile
