@@ -361,7 +361,7 @@ def backward_update(
         dpsw if dpsw is not None else dummy, partial, scal, N, B, total_rows,
         meta.weights_offset, meta.row_offset, meta.dim, meta.d_offsets,
         HAS_PSW=psw is not None, MEAN=pooling == "mean", NEED_DPSW=dpsw is not None,
-        BLOCK_D=cfg.block_d, SCAN=dev.type != "cpu", **opt, **cfg.launch_kwargs(),
+        BLOCK_D=cfg.block_d, SCAN=info.backend != "cpu", **opt, **cfg.launch_kwargs(),
     )  # fmt: skip
 
     # 3. hot rows (segments across tile borders): combine partials in tile order, update
