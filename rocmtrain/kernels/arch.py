@@ -27,10 +27,6 @@ from rocmtrain.platform import DeviceInfo, normalize_gfx_arch, warp_size_for_arc
 class ArchParams:
     """Launch-parameter policy for one architecture."""
 
-    lanes: int
-    """Lanes per forward program (num_warps = lanes // warp_size)."""
-    bytes_per_lane: int
-    """Target bytes of weights gathered per lane per forward loop step."""
     bwd_lanes: int
     """Lanes per backward (segment-reduce + update) program."""
     waves_per_eu: int = 0
@@ -40,10 +36,6 @@ class ArchParams:
     bwd_max_tile: int = 64
     """Backward: most sorted positions per program (one ``[tile, BLOCK_D]`` gradient tile); a
     row seen more often than one tile holds is combined from fp32 partials (no serialisation)."""
-    max_bags: int = 16
-    """Forward: most bags per program (short bags get several per program)."""
-    max_block_l: int = 16
-    """Forward: most positions of one bag gathered per loop step."""
     bwd_elems_per_lane: int = 32
     """Backward: fp32 elements per lane of one ``[tile, BLOCK_D]`` tensor (the tile shrinks for
     wide rows so the gradient tile, its scan and the weight rows stay in registers)."""
@@ -55,27 +47,58 @@ class ArchParams:
 # programs and many resident CTAs; CDNA wavefronts are 64 wide, so 128 lanes = 2 waves and
 # waves_per_eu=2 keeps register use low enough for 8+ waves per CU on gfx942 / gfx90a.
 ARCH_TABLE: dict[str, ArchParams] = {
-    "sm_90": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=128),
-    "sm_80": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=128),
-    "gfx942": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=128, waves_per_eu=2),
-    "gfx950": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=128, waves_per_eu=2),
-    "gfx90a": ArchParams(lanes=128, bytes_per_lane=16, bwd_lanes=128, waves_per_eu=2),
-    "rdna": ArchParams(lanes=64, bytes_per_lane=16, bwd_lanes=64),
-    "nvidia": ArchParams(lanes=128, bytes_per_lane=16, bwd_lanes=128),
+    "sm_90": ArchParams(bwd_lanes=128),
+    "sm_80": ArchParams(bwd_lanes=128),
+    "gfx942": ArchParams(bwd_lanes=128, waves_per_eu=2),
+    "gfx950": ArchParams(bwd_lanes=128, waves_per_eu=2),
+    "gfx90a": ArchParams(bwd_lanes=128, waves_per_eu=2),
+    "rdna": ArchParams(bwd_lanes=64),
+    "nvidia": ArchParams(bwd_lanes=128),
     # TRITON_INTERPRET=1 on CPU: numpy runs a whole tile at once and each program costs ~50 ms of
     # Python, so the interpreter gets few, large programs (hot chunks of 512 positions: a 1e4-times
     # row still splits into 20 chunks).
     "cpu": ArchParams(
-        lanes=32,
-        bytes_per_lane=2048,
         bwd_lanes=32,
         bwd_max_tile=512,
-        max_bags=256,
-        max_block_l=64,
         bwd_elems_per_lane=4096,
         hot_block=64,
     ),  # fmt: skip
 }
+
+
+@dataclass(frozen=True)
+class FwdTile:
+    """Forward tile policy of one bag class on one arch (table entries, tuned on the GPU with
+    ``bench_tbe.py --autotune``)."""
+
+    lanes: int
+    """Lanes per program (num_warps = lanes // warp_size)."""
+    bytes_per_lane: int
+    """Target bytes of weights gathered per lane per loop step."""
+    max_bags: int
+    """Most bags per program."""
+    max_block_l: int
+    """Most positions of one bag per loop step."""
+    waves_per_eu: int = 0
+    """AMD occupancy hint; 0 = the arch's default. Ignored off AMD."""
+
+
+# One-hot features (L <= 1.5 on average: 13 of the 26 DLRM-DCNv2 features) need no position loop:
+# a tile of many bags x 1 position keeps every lane loading; multi-hot features take wide
+# BLOCK_L so a program streams one bag's rows with several 16-byte loads in flight per lane.
+# CDNA (wave64): 128 lanes = 2 waves; one-hot programs are short, so 4 waves per EU stay resident.
+FWD_TILES: dict[str, dict[str, FwdTile]] = {
+    "sm_90": {"onehot": FwdTile(128, 32, 32, 1), "multihot": FwdTile(128, 32, 16, 16)},
+    "sm_80": {"onehot": FwdTile(128, 32, 32, 1), "multihot": FwdTile(128, 32, 16, 16)},
+    "gfx942": {"onehot": FwdTile(128, 32, 32, 1, 4), "multihot": FwdTile(128, 32, 16, 16, 2)},
+    "gfx950": {"onehot": FwdTile(128, 32, 32, 1, 4), "multihot": FwdTile(128, 32, 16, 16, 2)},
+    "gfx90a": {"onehot": FwdTile(128, 16, 16, 1, 4), "multihot": FwdTile(128, 16, 16, 16, 2)},
+    "rdna": {"onehot": FwdTile(64, 16, 16, 1), "multihot": FwdTile(64, 16, 16, 16)},
+    "nvidia": {"onehot": FwdTile(128, 16, 16, 1), "multihot": FwdTile(128, 16, 16, 16)},
+    "cpu": {"onehot": FwdTile(32, 2048, 256, 1), "multihot": FwdTile(32, 2048, 256, 64)},
+}
+ONEHOT_MAX_LEN = 1.5
+"""Mean bag length up to which a feature group uses the one-hot tile."""
 
 
 def arch_key(info: DeviceInfo) -> str:
@@ -130,18 +153,21 @@ def forward_config(
     info: DeviceInfo, *, max_dim: int, avg_len: float, elem_bytes: int, block_l: int | None = None,
     bags: int | None = None, lanes: int | None = None,
 ) -> LaunchConfig:  # fmt: skip
-    """Forward tile for bags of average length ``avg_len`` over dims up to ``max_dim``.
+    """Forward tile for bags of average length ``avg_len`` over dims up to ``max_dim``: the
+    arch's one-hot tile when ``avg_len <= ONEHOT_MAX_LEN``, else its multi-hot tile.
 
     ``block_l``/``bags``/``lanes`` override the table (the autotuner's candidates).
     """
-    p = ARCH_TABLE[arch_key(info)]
-    lanes = lanes or p.lanes
+    key = arch_key(info)
+    p = ARCH_TABLE[key]
+    ft = FWD_TILES[key]["onehot" if avg_len <= ONEHOT_MAX_LEN else "multihot"]
+    lanes = lanes or ft.lanes
     block_d = min(_pow2_ceil(max_dim), 512 if elem_bytes <= 2 else 256)
-    tile = max(lanes * p.bytes_per_lane // elem_bytes, block_d)  # elements per loop step
+    tile = max(lanes * ft.bytes_per_lane // elem_bytes, block_d)  # elements per loop step
     if block_l is None:
-        block_l = max(1, min(_pow2_floor(max(avg_len, 1.0)), tile // block_d, p.max_block_l))
+        block_l = max(1, min(_pow2_floor(max(avg_len, 1.0)), tile // block_d, ft.max_block_l))
     if bags is None:
-        bags = max(1, min(tile // (block_l * block_d), p.max_bags))
+        bags = max(1, min(tile // (block_l * block_d), ft.max_bags))
     ws = max(info.warp_size, 1)
     return LaunchConfig(
         bags=bags,
@@ -149,23 +175,44 @@ def forward_config(
         block_d=block_d,
         num_warps=max(1, lanes // ws),
         num_stages=p.num_stages,
-        waves_per_eu=p.waves_per_eu,
+        waves_per_eu=ft.waves_per_eu or p.waves_per_eu,
         is_amd=info.backend == "rocm",
     )
 
 
-def forward_candidates(info: DeviceInfo, *, max_dim: int, avg_len: float, elem_bytes: int):
-    """A few forward configs around the table's choice, for the autotuner (first = table)."""
-    base = forward_config(info, max_dim=max_dim, avg_len=avg_len, elem_bytes=elem_bytes)
+def forward_candidates(
+    info: DeviceInfo, *, max_dim: int, avg_len: float, elem_bytes: int, wide: bool = False
+) -> list[LaunchConfig]:
+    """Forward configs around the table's choice for the autotuner (first = the table's).
+
+    ``wide``: a larger sweep (bags, BLOCK_L, lanes, and waves_per_eu on AMD) for
+    ``bench_tbe.py --autotune``, whose best entry per case goes into ``FWD_TILES``.
+    """
+    kw = dict(max_dim=max_dim, avg_len=avg_len, elem_bytes=elem_bytes)
+    base = forward_config(info, **kw)
     out = [base]
-    for lanes_mul, bl_mul in ((2, 1), (1, 2), (2, 2), (1, 0.5)):
-        bl = max(1, int(base.block_l * bl_mul))
-        cfg = forward_config(
-            info, max_dim=max_dim, avg_len=avg_len, elem_bytes=elem_bytes, block_l=bl,
-            lanes=ARCH_TABLE[arch_key(info)].lanes * lanes_mul,
-        )  # fmt: skip
+    lanes0 = FWD_TILES[arch_key(info)]["onehot" if avg_len <= ONEHOT_MAX_LEN else "multihot"].lanes
+
+    def add(cfg):
         if cfg not in out:
             out.append(cfg)
+
+    for lanes_mul, bl_mul in ((2, 1), (1, 2), (2, 2), (1, 0.5)):
+        bl = max(1, int(base.block_l * bl_mul))
+        add(forward_config(info, **kw, block_l=bl, lanes=lanes0 * lanes_mul))
+    if wide:
+        for lanes in (64, 128, 256, 512):
+            for bl in (1, 2, 4, 8, 16, 32):
+                if bl > 2 * max(avg_len, 1.0):
+                    continue
+                for bags in (1, 2, 4, 8, 16, 32, 64):
+                    cfg = forward_config(info, **kw, block_l=bl, bags=bags, lanes=lanes)
+                    if cfg.bags * cfg.block_l * cfg.block_d > 64 * lanes:
+                        continue  # more than 64 fp32 accumulators per lane: spills
+                    add(cfg)
+                    if cfg.is_amd:
+                        for wpe in (1, 2, 4):
+                            add(LaunchConfig(**{**cfg.__dict__, "waves_per_eu": wpe}))
     return out
 
 

@@ -88,6 +88,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         stochastic_rounding: bool = True,
         seed: int = 0,
         cuda_graph: bool = False,
+        pooling_factors: Sequence[float] | None = None,
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
@@ -115,6 +116,15 @@ class TableBatchedEmbeddingBags(nn.Module):
         # host cost of its launches. Off by default: every new shape costs one capture and a
         # graph's buffers; pays off when shapes repeat (fixed multi-hot batches).
         self.cuda_graph = bool(cuda_graph)
+        # mean bag length per feature (a hint, e.g. MLPerf's multi-hot sizes): one-hot and
+        # multi-hot features are then launched with their own forward tiles
+        if pooling_factors is not None and len(pooling_factors) != self.layout.num_features:
+            raise ValueError(
+                f"pooling_factors has {len(pooling_factors)} entries; it needs one mean bag "
+                f"length per feature ({self.layout.num_features})"
+            )
+        self.pooling_factors = list(pooling_factors) if pooling_factors is not None else None
+        self._groups: dict[str, list] = {}
         self._graphs: OrderedDict[tuple, Any] = OrderedDict()
         self._scal: torch.Tensor | None = None
         lay = self.layout
@@ -223,6 +233,14 @@ class TableBatchedEmbeddingBags(nn.Module):
         if self.backend == "triton":
             from .tbe_forward import forward as triton_forward
 
+            groups = None
+            if self.pooling_factors is not None:
+                from .tbe_forward import feature_groups
+
+                dev = self.weights.device
+                if str(dev) not in self._groups:
+                    self._groups[str(dev)] = feature_groups(self.layout, self.pooling_factors, dev)
+                groups = self._groups[str(dev)]
             return triton_forward(
                 self.layout,
                 self.weights.data,
@@ -231,6 +249,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                 psw,
                 pooling=self.pooling,
                 output_dtype=self.output_dtype,
+                groups=groups,
             )
         return reference.forward(
             self.layout,
