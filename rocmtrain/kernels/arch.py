@@ -6,9 +6,10 @@ CDNA (gfx90a MI200, gfx942 MI300). The table therefore fixes *lanes per program*
 MI300X. ``waves_per_eu`` (an occupancy hint of Triton's AMD backend) is passed on AMD only.
 
 Forward tile per program: ``[BAGS, BLOCK_L, BLOCK_D]`` (bags x positions x columns), accumulated in
-fp32 registers across the bag's length and reduced over ``BLOCK_L`` once at the end. The table
-targets ~16-32 bytes of gathered weights per lane per loop step (several 16-byte loads in flight)
-and enough bags per program for short bags (L=1).
+fp32 registers across the bag's length and reduced over ``BLOCK_L`` once at the end. ``FWD_TILES``
+holds one tile policy for one-hot and one for multi-hot features per arch: ~16-32 bytes of
+gathered weights per lane per loop step (several 16-byte loads in flight), many bags per program
+for L=1.
 
 Usage::
 
@@ -55,8 +56,8 @@ ARCH_TABLE: dict[str, ArchParams] = {
     "rdna": ArchParams(bwd_lanes=64),
     "nvidia": ArchParams(bwd_lanes=128),
     # TRITON_INTERPRET=1 on CPU: numpy runs a whole tile at once and each program costs ~50 ms of
-    # Python, so the interpreter gets few, large programs (hot chunks of 512 positions: a 1e4-times
-    # row still splits into 20 chunks).
+    # Python, so the interpreter gets few, large programs (backward tiles of up to 512 positions:
+    # a row seen 1e4 times still spans ~20 tiles and takes the hot-row path).
     "cpu": ArchParams(
         bwd_lanes=32,
         bwd_max_tile=512,

@@ -17,6 +17,7 @@ Shapes and the jagged layout: :mod:`rocmtrain.kernels.layout`. Semantics: ``KERN
 from __future__ import annotations
 
 import os
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -339,9 +340,19 @@ class TableBatchedEmbeddingBags(nn.Module):
 
         if entry["graph"] is None and entry.get("warm"):
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                entry["out"] = run()
-            entry["graph"] = graph
+            try:
+                with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                    entry["out"] = run()
+                entry["graph"] = graph
+            except Exception as e:  # a backend that cannot capture: stay eager, say so once
+                warnings.warn(
+                    f"TableBatchedEmbeddingBags(cuda_graph=True): capturing the backward failed "
+                    f"({type(e).__name__}: {e}); running it eagerly from now on",
+                    stacklevel=2,
+                )
+                self.cuda_graph = False
+                self._graphs.clear()
+                return run()
         if entry["graph"] is None:
             entry["warm"] = True
             out = run()
