@@ -631,7 +631,8 @@ def targets(results: list[Result]) -> list[str]:
             return f"- {what}: n/a (target >= {goal})"
         lo = d["min"]
         status = "MET" if lo >= goal else f"MISSED (lower bound {lo:.2f} < {goal})"
-        return f"- {what}: {fmt_range(d, '.2f')} (target lower bound >= {goal}) {status}"
+        sfx = "" if "%" in what else "x"
+        return f"- {what}: {fmt_range(d, '.2f', sfx)} (target lower bound >= {goal}) {status}"
 
     out = []
     big = TARGET_CASES[0]
