@@ -13,7 +13,8 @@ Timing that one noisy reading cannot decide:
   rotating order (ours, FBGEMM, torch, then FBGEMM, torch, ours, ...), so drift hits all alike;
 - a provider's reading in a round = CUDA-event time of ``reps`` back-to-back calls / reps, inputs
   rotated over sets that together exceed the L2 cache (no cached indices; host launch cost is
-  included, as in training); the L2 is flushed (a 2x-L2 buffer written) before each round;
+  included, as in training); the host's enqueue time per call is recorded next to it (equal to
+  the GPU time = host-bound); the L2 is flushed (a 2x-L2 buffer written) before each round;
 - outputs come from the allocator's cache (warm-up first), clocks are raised by >= 0.5 s of
   copies at start and each provider is warmed >= 20 calls before its first round;
 - per provider: median and min-max over rounds; ratio per round = other / ours of that round,
@@ -302,6 +303,7 @@ class Timer:
 
     def __init__(self, dev, reps: int):
         self.dev, self.reps = dev, reps
+        self.last_host_ms = 0.0
         self.gpu = dev.type == "cuda"
         l2 = 0
         if self.gpu:
@@ -324,15 +326,19 @@ class Timer:
         if self.gpu:
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
+            t = time.perf_counter()
             for _ in range(self.reps):
                 fn()
+            # host time to enqueue the calls: ~= the GPU time means the provider is host-bound
+            self.last_host_ms = (time.perf_counter() - t) * 1e3 / self.reps
             e1.record()
             e1.synchronize()
             return e0.elapsed_time(e1) / self.reps
         t = time.perf_counter()
         for _ in range(self.reps):
             fn()
-        return (time.perf_counter() - t) * 1e3 / self.reps
+        self.last_host_ms = (time.perf_counter() - t) * 1e3 / self.reps
+        return self.last_host_ms
 
 
 def warm_clocks(dev, seconds: float) -> None:
@@ -387,6 +393,7 @@ class Result:
     mode: str
     ms: dict | None  # median / min / max over rounds
     rounds: list[float] = field(default_factory=list)
+    host_ms: dict | None = None  # host enqueue time per call (median/min/max over rounds)
     gbps: float | None = None
     pct_copy: dict | None = None  # per-round % of the median copy bandwidth: median/min/max
     ratios: dict = field(default_factory=dict)  # vs provider -> median/min/max of other/ours
@@ -419,6 +426,7 @@ def time_modes(case, dev, args, timer, provs, modes, inputs, grad, notes) -> lis
     for mode in modes:
         names = [n for n in provs if not (mode == "fwd" and n == "ours_graph")]
         fns, rounds, failed = {}, {n: [] for n in names}, {}
+        host = {n: [] for n in names}
         for n in names:
             try:
                 fns[n] = _callables(provs[n], mode, inputs, grad)
@@ -432,6 +440,7 @@ def time_modes(case, dev, args, timer, provs, modes, inputs, grad, notes) -> lis
             for n in order:
                 try:
                     rounds[n].append(timer.time(fns[n]))
+                    host[n].append(timer.last_host_ms)
                 except Exception as e:
                     failed[n] = f"failed: {type(e).__name__}: {str(e)[:100]}"
                     live = [x for x in live if x != n]
@@ -439,6 +448,7 @@ def time_modes(case, dev, args, timer, provs, modes, inputs, grad, notes) -> lis
             res = Result(case.name, n, mode, None, note=failed.get(n, notes.get(n, "")))
             if n not in failed and rounds[n]:
                 res.ms, res.rounds = summary(rounds[n]), rounds[n]
+                res.host_ms = summary(host[n])
                 res.kernels = profile_kernels(fns[n], dev)
             out.append(res)
     return out
@@ -580,8 +590,9 @@ def markdown(results: list[Result], meta: dict, copy: dict, have_fbgemm: bool) -
         "",
         "| case | mode | "
         + " | ".join(f"{p} ms" for p in PROVIDERS)
-        + " | ours % copy | ours vs fbgemm | ours_graph vs fbgemm | ours vs torch dense | checks |",
-        "|---|---|" + "---|" * (len(PROVIDERS) + 5),
+        + " | ours % copy | ours vs fbgemm | ours_graph vs fbgemm | ours vs torch dense "
+        "| host ms/call (ours, ours_graph, fbgemm) | checks |",
+        "|---|---|" + "---|" * (len(PROVIDERS) + 6),
     ]
     keys = []
     for r in results:
@@ -599,6 +610,10 @@ def markdown(results: list[Result], meta: dict, copy: dict, have_fbgemm: bool) -
             return fmt_range(r.ratios.get(other), ".2f", "x") if r else "—"
 
         o = row.get("ours")
+        hosts = ", ".join(
+            fmt(row[n].host_ms["median"]) if n in row and row[n].host_ms else "—"
+            for n in ("ours", "ours_graph", "fbgemm")
+        )
         chk = "; ".join(
             f"{n}: " + ",".join(f"{k} {v:.1e}" for k, v in r.checks.items())
             for n, r in row.items()
@@ -608,7 +623,7 @@ def markdown(results: list[Result], meta: dict, copy: dict, have_fbgemm: bool) -
             f"| {case} | {mode} | "
             + " | ".join(ms(p) for p in PROVIDERS)
             + f" | {fmt_range(o.pct_copy if o else None, '.0f')} | {ratio('ours', 'fbgemm')} | "
-            f"{ratio('ours_graph', 'fbgemm')} | {ratio('ours', 'torch_dense')} | {chk} |"
+            f"{ratio('ours_graph', 'fbgemm')} | {ratio('ours', 'torch_dense')} | {hosts} | {chk} |"
         )
     notes = sorted({f"{r.case} {r.provider}: {r.note}" for r in results if r.note})
     if notes:
