@@ -317,3 +317,36 @@ def test_backward_launches(monkeypatch):
     for banned in ("aten::nonzero_static", "aten::nonzero", "aten::index", "aten::item",
                    "aten::_local_scalar_dense"):  # fmt: skip
         assert banned not in ops, f"{banned} in the backward"
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the interpreter")
+@pytest.mark.parametrize("kind", ["rowwise_adagrad", "adam"])
+def test_backward_gpu_tiles_and_scan_match_oracle(monkeypatch, kind):
+    """The GPU configuration of the backward (sm_90 tiles, the segmented tl.associative_scan that
+    the interpreter normally replaces) in the interpreter on a tiny case: duplicates, a row cut
+    across several tiles (partials + hot-row kernel), psw, mean pooling, vs the fp64 oracle."""
+    import rocmtrain.kernels.tbe_backward as tb
+    import rocmtrain.kernels.tbe_forward as tf
+    from rocmtrain.platform import DeviceInfo
+
+    h200 = DeviceInfo(0, "H200", "cuda", "sm_90", 32, 132, 1 << 37)
+    monkeypatch.setattr(tb, "_device_info", lambda idx: h200)
+    monkeypatch.setattr(tf, "_device_info", lambda idx: h200)
+    tables, fmap = [(50, 4), (9, 4)], [0, 1, 0]
+    opt = OPTS[kind]
+    m = TableBatchedEmbeddingBags(tables, feature_table_map=fmap, backend="triton",
+                                  optimizer=OptimizerSpec(**opt), pooling="mean", seed=2)  # fmt: skip
+    case = make_case(tables, fmap, B=10, seed=41, psw=True, max_len=6, hot_row=150)
+    assert tb.backward_config(h200, max_dim=4)[1] == 64  # 150 hot positions span 3+ tiles
+    psw = case.psw.clone().requires_grad_(True)
+    w0 = [w.clone() for w in m.split_embedding_weights()]
+    s0 = _oracle_states(m)
+    out = m(case.indices, case.offsets, psw)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
+    out.backward(grad)
+    ref_w, ref_s, ref_dpsw = oracle_step(w0, s0, case, grad, "mean", opt, 1)
+    for t, w in enumerate(m.split_embedding_weights()):
+        assert_close(w, ref_w[t], torch.float32, f"{kind} table {t}", terms=150)
+        for name, st in m.split_optimizer_states()[t].items():
+            assert_close(st, ref_s[t][name], torch.float32, f"{kind} {name}", terms=150)
+    assert_close(psw.grad, ref_dpsw, torch.float32, "d psw")
