@@ -786,12 +786,14 @@ def main(argv: list[str] | None = None) -> int:
             f"- {k}: bags={v[0]['bags']} block_l={v[0]['block_l']} num_warps={v[0]['num_warps']}"
             f" waves_per_eu={v[0]['waves_per_eu']}: {v[0]['ms']:.4f} ms" for k, v in tune.items())  # fmt: skip
     kern = {}
-    for r in results:
-        if r.kernels and r.case == TARGET_CASES[0]:
-            kern[f"{r.provider} {r.mode}"] = sorted({k["name"][:70] for k in r.kernels})
+    for r in results:  # the per-kernel split of one call, in launch order (all cases: JSON)
+        if r.kernels and r.case in TARGET_CASES and r.provider != "torch_dense":
+            tot = sum(k["us"] for k in r.kernels)
+            kern[f"{r.case}, {r.provider}, {r.mode} ({len(r.kernels)} GPU ops, {tot:.0f} us)"] = [
+                f"{k['name'][:60]} {k['us']:.1f}" for k in r.kernels]  # fmt: skip
     if kern:
-        md += "\n\nKernels of one profiled call (" + TARGET_CASES[0] + "):\n" + "\n".join(
-            f"- {k}: " + ", ".join(v) for k, v in kern.items())  # fmt: skip
+        md += "\n\nGPU kernels of one profiled call (name us):\n" + "\n".join(
+            f"- {k}: " + "; ".join(v) for k, v in kern.items())  # fmt: skip
     if bad:
         md += "\n\n**CHECK FAILED** (rel err above tolerance): " + "; ".join(bad)
     (out / "results.md").write_text(md + "\n")
