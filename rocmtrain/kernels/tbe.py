@@ -88,7 +88,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         deterministic: bool = False,
         stochastic_rounding: bool = True,
         seed: int = 0,
-        cuda_graph: bool = False,
+        cuda_graph: bool | None = None,
         pooling_factors: Sequence[float] | None = None,
         device: torch.device | str | None = None,
     ) -> None:
@@ -116,6 +116,8 @@ class TableBatchedEmbeddingBags(nn.Module):
         # Triton backward replayed from a CUDA / HIP graph per static input shape: removes the
         # host cost of its launches. Off by default: every new shape costs one capture and a
         # graph's buffers; pays off when shapes repeat (fixed multi-hot batches).
+        if cuda_graph is None:  # the environment can switch it on for a whole run
+            cuda_graph = os.environ.get("ROCMTRAIN_TBE_CUDA_GRAPH", "0") == "1"
         self.cuda_graph = bool(cuda_graph)
         # mean bag length per feature (a hint, e.g. MLPerf's multi-hot sizes): one-hot and
         # multi-hot features are then launched with their own forward tiles

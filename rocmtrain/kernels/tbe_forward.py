@@ -95,11 +95,16 @@ def _tbe_fwd_kernel(
 
 
 def _vec(layout: TBELayout) -> int:
-    """Largest power of two (<= 16) dividing every table's dim and offset: row-start alignment."""
-    g = 0
-    for v in (*layout.table_dims, *layout.weights_offsets):
-        g = math.gcd(g, v)
-    return max(1, min(16, g & -g))
+    """Largest power of two (<= 16) dividing every table's dim and offset: row-start alignment.
+
+    Cached on the layout: this runs on every launch, and host time is the small-batch cost."""
+    v = layout._meta_cache.get("vec")
+    if v is None:
+        g = 0
+        for x in (*layout.table_dims, *layout.weights_offsets):
+            g = math.gcd(g, x)
+        v = layout._meta_cache["vec"] = max(1, min(16, g & -g))
+    return v
 
 
 def _uniform_dim(layout: TBELayout) -> int:
