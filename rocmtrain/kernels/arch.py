@@ -34,9 +34,12 @@ class ArchParams:
     """AMD occupancy hint (waves per SIMD); 0 = leave to the compiler. Ignored off AMD."""
     num_stages: int = 2
     """Software-pipelining depth of the loops."""
-    bwd_max_tile: int = 64
+    bwd_max_tile: int = 16
     """Backward: most sorted positions per program (one ``[tile, BLOCK_D]`` gradient tile); a
-    row seen more often than one tile holds is combined from fp32 partials (no serialisation)."""
+    row seen more often than one tile holds is combined from fp32 partials (no serialisation).
+    16 on GPUs: Triton 3.6 fails to compile the SGD variant of the tile kernel for tiles of 32
+    or 64 positions at D <= 64 (TritonGPURemoveLayoutConversions: "mask type matches ptr type",
+    seen on the H200 2026-12-01); 16 compiles and runs for every optimizer and D = 4 ... 256."""
     bwd_elems_per_lane: int = 16
     """Backward: fp32 elements per lane of one ``[tile, BLOCK_D]`` tensor (the tile shrinks for
     wide rows so the gradient tile, its scan and the weight rows stay in registers). 16 on sm_90
@@ -229,7 +232,7 @@ def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, in
     per step by the hot-row kernel.
     """
     p = ARCH_TABLE[arch_key(info)]
-    block_d = _pow2_ceil(max_dim)
+    block_d = max(16, _pow2_ceil(max_dim))  # narrower tiles hit the same Triton 3.6 bug
     budget = p.bwd_lanes * p.bwd_elems_per_lane
     tile = max(16, min(p.bwd_max_tile, _pow2_floor(max(1, budget // block_d))))
     if info.backend == "cpu":  # the interpreter sums runs with a [tile, tile, D] mask product
