@@ -6,9 +6,10 @@ CDNA (gfx90a MI200, gfx942 MI300). The table therefore fixes *lanes per program*
 MI300X. ``waves_per_eu`` (an occupancy hint of Triton's AMD backend) is passed on AMD only.
 
 Forward tile per program: ``[BAGS, BLOCK_L, BLOCK_D]`` (bags x positions x columns), accumulated in
-fp32 registers across the bag's length and reduced over ``BLOCK_L`` once at the end. The table
-targets ~16-32 bytes of gathered weights per lane per loop step (several 16-byte loads in flight)
-and enough bags per program for short bags (L=1).
+fp32 registers across the bag's length and reduced over ``BLOCK_L`` once at the end. ``FWD_TILES``
+holds one tile policy for one-hot and one for multi-hot features per arch: ~16-32 bytes of
+gathered weights per lane per loop step (several 16-byte loads in flight), many bags per program
+for L=1.
 
 Usage::
 
@@ -27,29 +28,24 @@ from rocmtrain.platform import DeviceInfo, normalize_gfx_arch, warp_size_for_arc
 class ArchParams:
     """Launch-parameter policy for one architecture."""
 
-    lanes: int
-    """Lanes per forward program (num_warps = lanes // warp_size)."""
-    bytes_per_lane: int
-    """Target bytes of weights gathered per lane per forward loop step."""
     bwd_lanes: int
     """Lanes per backward (segment-reduce + update) program."""
     waves_per_eu: int = 0
     """AMD occupancy hint (waves per SIMD); 0 = leave to the compiler. Ignored off AMD."""
     num_stages: int = 2
     """Software-pipelining depth of the loops."""
-    hot_chunk: int = 32
-    """Backward: a row's occurrences are split into chunks of at most this many positions, one
-    program each; chunks of a hot row are combined from fp32 partials (no serialisation)."""
-    max_bags: int = 16
-    """Forward: most bags per program (short bags get several per program)."""
-    max_block_l: int = 16
-    """Forward: most positions of one bag gathered per loop step."""
-    bwd_block_p: int = 8
-    """Backward: sorted positions walked per loop step (across the program's chunks)."""
-    bwd_chunks: int = 4
-    """Backward: chunks (distinct rows, mostly) per program."""
-    bwd_elems_per_lane: int = 32
-    """Backward: fp32 temporaries per lane allowed for the chunk x position x column tile."""
+    bwd_max_tile: int = 16
+    """Backward: most sorted positions per program (one ``[tile, BLOCK_D]`` gradient tile); a
+    row seen more often than one tile holds is combined from fp32 partials (no serialisation).
+    16 on GPUs: Triton 3.6 fails to compile the SGD variant of the tile kernel for tiles of 32
+    or 64 positions at D <= 64 (TritonGPURemoveLayoutConversions: "mask type matches ptr type",
+    seen on the H200 2026-12-01); 16 compiles and runs for every optimizer and D = 4 ... 256."""
+    bwd_elems_per_lane: int = 16
+    """Backward: fp32 elements per lane of one ``[tile, BLOCK_D]`` tensor (the tile shrinks for
+    wide rows so the gradient tile, its scan and the weight rows stay in registers). 16 on sm_90
+    at D=128 (tile 16): 93 registers for rowwise Adagrad, 72 for SGD, no spills (cuobjdump),
+    ~20 resident warps per SM to hide the key -> perm -> bag -> grad load chain; 32 would be
+    179 / 110 registers and 8 warps per SM."""
     hot_block: int = 32
     """Backward: partials added per step when combining a hot row."""
 
@@ -58,29 +54,58 @@ class ArchParams:
 # programs and many resident CTAs; CDNA wavefronts are 64 wide, so 128 lanes = 2 waves and
 # waves_per_eu=2 keeps register use low enough for 8+ waves per CU on gfx942 / gfx90a.
 ARCH_TABLE: dict[str, ArchParams] = {
-    "sm_90": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=64),
-    "sm_80": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=64),
-    "gfx942": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=64, waves_per_eu=2),
-    "gfx950": ArchParams(lanes=128, bytes_per_lane=32, bwd_lanes=64, waves_per_eu=2),
-    "gfx90a": ArchParams(lanes=128, bytes_per_lane=16, bwd_lanes=64, waves_per_eu=2),
-    "rdna": ArchParams(lanes=64, bytes_per_lane=16, bwd_lanes=64),
-    "nvidia": ArchParams(lanes=128, bytes_per_lane=16, bwd_lanes=64),
+    "sm_90": ArchParams(bwd_lanes=128),
+    "sm_80": ArchParams(bwd_lanes=128),
+    "gfx942": ArchParams(bwd_lanes=128, waves_per_eu=2),
+    "gfx950": ArchParams(bwd_lanes=128, waves_per_eu=2),
+    "gfx90a": ArchParams(bwd_lanes=128, waves_per_eu=2),
+    "rdna": ArchParams(bwd_lanes=64),
+    "nvidia": ArchParams(bwd_lanes=128),
     # TRITON_INTERPRET=1 on CPU: numpy runs a whole tile at once and each program costs ~50 ms of
-    # Python, so the interpreter gets few, large programs (hot chunks of 512 positions: a 1e4-times
-    # row still splits into 20 chunks).
+    # Python, so the interpreter gets few, large programs (backward tiles of up to 512 positions:
+    # a row seen 1e4 times still spans ~20 tiles and takes the hot-row path).
     "cpu": ArchParams(
-        lanes=32,
-        bytes_per_lane=2048,
         bwd_lanes=32,
-        hot_chunk=512,
-        max_bags=256,
-        max_block_l=64,
-        bwd_block_p=64,
-        bwd_chunks=256,
+        bwd_max_tile=512,
         bwd_elems_per_lane=4096,
         hot_block=64,
     ),  # fmt: skip
 }
+
+
+@dataclass(frozen=True)
+class FwdTile:
+    """Forward tile policy of one bag class on one arch (table entries, tuned on the GPU with
+    ``bench_tbe.py --autotune``)."""
+
+    lanes: int
+    """Lanes per program (num_warps = lanes // warp_size)."""
+    bytes_per_lane: int
+    """Target bytes of weights gathered per lane per loop step."""
+    max_bags: int
+    """Most bags per program."""
+    max_block_l: int
+    """Most positions of one bag per loop step."""
+    waves_per_eu: int = 0
+    """AMD occupancy hint; 0 = the arch's default. Ignored off AMD."""
+
+
+# One-hot features (L <= 1.5 on average: 13 of the 26 DLRM-DCNv2 features) need no position loop:
+# a tile of many bags x 1 position keeps every lane loading; multi-hot features take wide
+# BLOCK_L so a program streams one bag's rows with several 16-byte loads in flight per lane.
+# CDNA (wave64): 128 lanes = 2 waves; one-hot programs are short, so 4 waves per EU stay resident.
+FWD_TILES: dict[str, dict[str, FwdTile]] = {
+    "sm_90": {"onehot": FwdTile(128, 32, 32, 1), "multihot": FwdTile(128, 32, 16, 16)},
+    "sm_80": {"onehot": FwdTile(128, 32, 32, 1), "multihot": FwdTile(128, 32, 16, 16)},
+    "gfx942": {"onehot": FwdTile(128, 32, 32, 1, 4), "multihot": FwdTile(128, 32, 16, 16, 2)},
+    "gfx950": {"onehot": FwdTile(128, 32, 32, 1, 4), "multihot": FwdTile(128, 32, 16, 16, 2)},
+    "gfx90a": {"onehot": FwdTile(128, 16, 16, 1, 4), "multihot": FwdTile(128, 16, 16, 16, 2)},
+    "rdna": {"onehot": FwdTile(64, 16, 16, 1), "multihot": FwdTile(64, 16, 16, 16)},
+    "nvidia": {"onehot": FwdTile(128, 16, 16, 1), "multihot": FwdTile(128, 16, 16, 16)},
+    "cpu": {"onehot": FwdTile(32, 2048, 256, 1), "multihot": FwdTile(32, 2048, 256, 64)},
+}
+ONEHOT_MAX_LEN = 1.5
+"""Mean bag length up to which a feature group uses the one-hot tile."""
 
 
 def arch_key(info: DeviceInfo) -> str:
@@ -135,18 +160,21 @@ def forward_config(
     info: DeviceInfo, *, max_dim: int, avg_len: float, elem_bytes: int, block_l: int | None = None,
     bags: int | None = None, lanes: int | None = None,
 ) -> LaunchConfig:  # fmt: skip
-    """Forward tile for bags of average length ``avg_len`` over dims up to ``max_dim``.
+    """Forward tile for bags of average length ``avg_len`` over dims up to ``max_dim``: the
+    arch's one-hot tile when ``avg_len <= ONEHOT_MAX_LEN``, else its multi-hot tile.
 
     ``block_l``/``bags``/``lanes`` override the table (the autotuner's candidates).
     """
-    p = ARCH_TABLE[arch_key(info)]
-    lanes = lanes or p.lanes
+    key = arch_key(info)
+    p = ARCH_TABLE[key]
+    ft = FWD_TILES[key]["onehot" if avg_len <= ONEHOT_MAX_LEN else "multihot"]
+    lanes = lanes or ft.lanes
     block_d = min(_pow2_ceil(max_dim), 512 if elem_bytes <= 2 else 256)
-    tile = max(lanes * p.bytes_per_lane // elem_bytes, block_d)  # elements per loop step
+    tile = max(lanes * ft.bytes_per_lane // elem_bytes, block_d)  # elements per loop step
     if block_l is None:
-        block_l = max(1, min(_pow2_floor(max(avg_len, 1.0)), tile // block_d, p.max_block_l))
+        block_l = max(1, min(_pow2_floor(max(avg_len, 1.0)), tile // block_d, ft.max_block_l))
     if bags is None:
-        bags = max(1, min(tile // (block_l * block_d), p.max_bags))
+        bags = max(1, min(tile // (block_l * block_d), ft.max_bags))
     ws = max(info.warp_size, 1)
     return LaunchConfig(
         bags=bags,
@@ -154,45 +182,65 @@ def forward_config(
         block_d=block_d,
         num_warps=max(1, lanes // ws),
         num_stages=p.num_stages,
-        waves_per_eu=p.waves_per_eu,
+        waves_per_eu=ft.waves_per_eu or p.waves_per_eu,
         is_amd=info.backend == "rocm",
     )
 
 
-def forward_candidates(info: DeviceInfo, *, max_dim: int, avg_len: float, elem_bytes: int):
-    """A few forward configs around the table's choice, for the autotuner (first = table)."""
-    base = forward_config(info, max_dim=max_dim, avg_len=avg_len, elem_bytes=elem_bytes)
+def forward_candidates(
+    info: DeviceInfo, *, max_dim: int, avg_len: float, elem_bytes: int, wide: bool = False
+) -> list[LaunchConfig]:
+    """Forward configs around the table's choice for the autotuner (first = the table's).
+
+    ``wide``: a larger sweep (bags, BLOCK_L, lanes, and waves_per_eu on AMD) for
+    ``bench_tbe.py --autotune``, whose best entry per case goes into ``FWD_TILES``.
+    """
+    kw = dict(max_dim=max_dim, avg_len=avg_len, elem_bytes=elem_bytes)
+    base = forward_config(info, **kw)
     out = [base]
-    for lanes_mul, bl_mul in ((2, 1), (1, 2), (2, 2), (1, 0.5)):
-        bl = max(1, int(base.block_l * bl_mul))
-        cfg = forward_config(
-            info, max_dim=max_dim, avg_len=avg_len, elem_bytes=elem_bytes, block_l=bl,
-            lanes=ARCH_TABLE[arch_key(info)].lanes * lanes_mul,
-        )  # fmt: skip
+    lanes0 = FWD_TILES[arch_key(info)]["onehot" if avg_len <= ONEHOT_MAX_LEN else "multihot"].lanes
+
+    def add(cfg):
         if cfg not in out:
             out.append(cfg)
+
+    for lanes_mul, bl_mul in ((2, 1), (1, 2), (2, 2), (1, 0.5)):
+        bl = max(1, int(base.block_l * bl_mul))
+        add(forward_config(info, **kw, block_l=bl, lanes=lanes0 * lanes_mul))
+    if wide:
+        for lanes in (64, 128, 256):  # ~60 configs at L=32, ~20 at L=1 (each one compiles)
+            for bl in (1, 2, 4, 8, 16, 32):
+                if bl > 2 * max(avg_len, 1.0):
+                    continue
+                for bags in (1, 2, 4, 8, 16, 32):
+                    cfg = forward_config(info, **kw, block_l=bl, bags=bags, lanes=lanes)
+                    if cfg.bags * cfg.block_l * cfg.block_d > 64 * lanes:
+                        continue  # more than 64 fp32 accumulators per lane: spills
+                    add(cfg)
+                    if cfg.is_amd:
+                        for wpe in (1, 2, 4):
+                            add(LaunchConfig(**{**cfg.__dict__, "waves_per_eu": wpe}))
     return out
 
 
 def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, int]:
-    """Backward (segment reduce + fused update) tile and the hot-row chunk length.
+    """Backward (segmented reduce + fused update) launch and its tile of sorted positions.
 
-    ``bags`` = chunks per program (``BLOCK_C``), ``block_l`` = sorted positions per loop step
-    (``BLOCK_P``), ``hot_block`` = partials summed per step by the hot-row kernel. A chunk's row
-    must be whole in one program (rowwise Adagrad needs the row's sum of squares), so
-    ``block_d = next_pow2(max_dim)``; the chunk x position x column temporaries are kept within
-    ``bwd_lanes * bwd_elems_per_lane`` elements.
+    A row must be whole in one program (rowwise Adagrad needs the row's sum of squares), so
+    ``block_d = next_pow2(max_dim)``; the tile holds ``bwd_lanes * bwd_elems_per_lane`` elements
+    (positions x columns), at most ``bwd_max_tile`` positions. ``hot_block`` = partials summed
+    per step by the hot-row kernel.
     """
     p = ARCH_TABLE[arch_key(info)]
-    block_d = _pow2_ceil(max_dim)
+    block_d = max(16, _pow2_ceil(max_dim))  # narrower tiles hit the same Triton 3.6 bug
     budget = p.bwd_lanes * p.bwd_elems_per_lane
-    cp = max(1, budget // block_d)  # chunks x positions
-    block_p = max(1, min(p.bwd_block_p, cp))
-    chunks = max(1, min(p.bwd_chunks, cp // block_p))
+    tile = max(16, min(p.bwd_max_tile, _pow2_floor(max(1, budget // block_d))))
+    if info.backend == "cpu":  # the interpreter sums runs with a [tile, tile, D] mask product
+        tile = max(16, min(tile, _pow2_floor((2**20 // block_d) ** 0.5)))
     ws = max(info.warp_size, 1)
     cfg = LaunchConfig(
-        bags=chunks,
-        block_l=block_p,
+        bags=1,
+        block_l=tile,
         block_d=block_d,
         num_warps=max(1, p.bwd_lanes // ws),
         num_stages=p.num_stages,
@@ -200,4 +248,4 @@ def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, in
         is_amd=info.backend == "rocm",
         hot_block=max(1, min(p.hot_block, budget // block_d)),
     )
-    return cfg, p.hot_chunk
+    return cfg, tile

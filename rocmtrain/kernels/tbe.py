@@ -17,6 +17,8 @@ Shapes and the jagged layout: :mod:`rocmtrain.kernels.layout`. Semantics: ``KERN
 from __future__ import annotations
 
 import os
+import warnings
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -86,6 +88,8 @@ class TableBatchedEmbeddingBags(nn.Module):
         deterministic: bool = False,
         stochastic_rounding: bool = True,
         seed: int = 0,
+        cuda_graph: bool | None = None,
+        pooling_factors: Sequence[float] | None = None,
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
@@ -109,6 +113,23 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.stochastic_rounding = stochastic_rounding
         self.seed = int(seed)
         self.step = 0  #: optimizer steps applied (Adam bias correction, rounding noise stream)
+        # Triton backward replayed from a CUDA / HIP graph per static input shape: removes the
+        # host cost of its launches. Off by default: every new shape costs one capture and a
+        # graph's buffers; pays off when shapes repeat (fixed multi-hot batches).
+        if cuda_graph is None:  # the environment can switch it on for a whole run
+            cuda_graph = os.environ.get("ROCMTRAIN_TBE_CUDA_GRAPH", "0") == "1"
+        self.cuda_graph = bool(cuda_graph)
+        # mean bag length per feature (a hint, e.g. MLPerf's multi-hot sizes): one-hot and
+        # multi-hot features are then launched with their own forward tiles
+        if pooling_factors is not None and len(pooling_factors) != self.layout.num_features:
+            raise ValueError(
+                f"pooling_factors has {len(pooling_factors)} entries; it needs one mean bag "
+                f"length per feature ({self.layout.num_features})"
+            )
+        self.pooling_factors = list(pooling_factors) if pooling_factors is not None else None
+        self._groups: dict[str, list] = {}
+        self._graphs: OrderedDict[tuple, Any] = OrderedDict()
+        self._scal: torch.Tensor | None = None
         lay = self.layout
         gen = torch.Generator(device=device).manual_seed(self.seed)
         w = torch.empty(lay.total_weights, dtype=torch.float32, device=device)
@@ -215,6 +236,14 @@ class TableBatchedEmbeddingBags(nn.Module):
         if self.backend == "triton":
             from .tbe_forward import forward as triton_forward
 
+            groups = None
+            if self.pooling_factors is not None:
+                from .tbe_forward import feature_groups
+
+                dev = self.weights.device
+                if str(dev) not in self._groups:
+                    self._groups[str(dev)] = feature_groups(self.layout, self.pooling_factors, dev)
+                groups = self._groups[str(dev)]
             return triton_forward(
                 self.layout,
                 self.weights.data,
@@ -223,6 +252,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                 psw,
                 pooling=self.pooling,
                 output_dtype=self.output_dtype,
+                groups=groups,
             )
         return reference.forward(
             self.layout,
@@ -248,11 +278,18 @@ class TableBatchedEmbeddingBags(nn.Module):
         )
         if self.backend == "triton":
             from .tbe_backward import backward_update as triton_backward
+            from .tbe_backward import fill_scalars
 
-            dpsw = triton_backward(
-                self.layout, self.weights.data, self.states(), grad_out, indices, offsets,
-                psw, seed=seed, **kw,
-            )  # fmt: skip
+            dev = self.weights.device
+            if self._scal is None or self._scal.device != dev:
+                self._scal = torch.empty(8, dtype=torch.float32, device=dev)
+            fill_scalars(self._scal, self.optimizer, self.step, seed)
+            args = (grad_out, indices, offsets, psw)
+            if self.cuda_graph and dev.type == "cuda":
+                dpsw = self._graphed_backward(triton_backward, args, seed=seed, **kw)
+            else:
+                dpsw = triton_backward(self.layout, self.weights.data, self.states(), *args,
+                                       seed=seed, scal=self._scal, **kw)  # fmt: skip
         else:
             gen = torch.Generator(device=self.weights.device).manual_seed(seed)
             dpsw = reference.backward_update(
@@ -262,3 +299,66 @@ class TableBatchedEmbeddingBags(nn.Module):
         if dpsw is not None and psw is not None:
             dpsw = dpsw.to(psw.dtype)
         return dpsw
+
+    _MAX_GRAPHS = 4
+
+    def _graphed_backward(self, triton_backward, args, **kw):
+        """The Triton backward replayed from a graph captured for this input shape.
+
+        First call per shape: inputs copied into static buffers and the backward run eagerly on
+        them (compiles exactly the kernel specialisations the capture will record, and applies
+        this step). Second call: capture. Every call after: copy inputs in, replay. The step's
+        optimizer scalars reach the graph through ``self._scal`` (filled before each replay).
+        """
+        grad_out, indices, offsets, psw = args
+        key = (
+            self.weights.data_ptr(), indices.numel(), indices.dtype, offsets.numel(),
+            offsets.dtype, tuple(grad_out.shape), grad_out.dtype, psw is not None,
+            psw.dtype if psw is not None else None, kw["need_psw_grad"], self.pooling,
+            self.deterministic, kw["stochastic_rounding"], self.optimizer.kind,
+        )  # fmt: skip
+        entry = self._graphs.get(key)
+        if entry is not None:
+            self._graphs.move_to_end(key)
+            static = entry["static"]
+            for name, src in zip(("go", "idx", "off", "psw"), args, strict=True):
+                if src is not None:
+                    static[name].copy_(src)
+        else:
+            static = {
+                "go": grad_out.contiguous().clone(), "idx": indices.clone(),
+                "off": offsets.clone(), "psw": psw.clone() if psw is not None else None,
+            }  # fmt: skip
+            entry = {"static": static, "graph": None, "out": None}
+            self._graphs[key] = entry
+            while len(self._graphs) > self._MAX_GRAPHS:
+                self._graphs.popitem(last=False)
+
+        def run():
+            return triton_backward(
+                self.layout, self.weights.data, self.states(), static["go"], static["idx"],
+                static["off"], static["psw"], scal=self._scal, **kw,
+            )  # fmt: skip
+
+        if entry["graph"] is None and entry.get("warm"):
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                    entry["out"] = run()
+                entry["graph"] = graph
+            except Exception as e:  # a backend that cannot capture: stay eager, say so once
+                warnings.warn(
+                    f"TableBatchedEmbeddingBags(cuda_graph=True): capturing the backward failed "
+                    f"({type(e).__name__}: {e}); running it eagerly from now on",
+                    stacklevel=2,
+                )
+                self.cuda_graph = False
+                self._graphs.clear()
+                return run()
+        if entry["graph"] is None:
+            entry["warm"] = True
+            out = run()
+        else:
+            entry["graph"].replay()
+            out = entry["out"]
+        return out.clone() if out is not None else None

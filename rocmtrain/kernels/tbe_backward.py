@@ -121,104 +121,122 @@ def _keys_kernel(
 
 
 @triton.jit
-def _flags_kernel(keys_ptr, flags_ptr, N, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
-    """flags[p] = p starts a chunk: a new row, or every CHUNK-th position."""
-    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = p < N
-    k = tl.load(keys_ptr + p, mask=m, other=0)
-    kp = tl.load(keys_ptr + p - 1, mask=m & (p > 0), other=0)
-    tl.store(flags_ptr + p, (((p % CHUNK) == 0) | (k != kp)).to(tl.int8), mask=m)
+def _load_scalars(scal_ptr):
+    """Optimizer scalars from the device tensor ``scal`` (filled per step without a host sync,
+    so a captured graph replays with the current step's values)."""
+    lr = tl.load(scal_ptr + 0)
+    eps = tl.load(scal_ptr + 1)
+    beta1 = tl.load(scal_ptr + 2)
+    beta2 = tl.load(scal_ptr + 3)
+    wd = tl.load(scal_ptr + 4)
+    c1 = tl.load(scal_ptr + 5)
+    c2 = tl.load(scal_ptr + 6)
+    seed = tl.load(scal_ptr + 7).to(tl.int32, bitcast=True)
+    return lr, eps, beta1, beta2, wd, c1, c2, seed
 
 
 @triton.jit
-def _bwd_chunk_kernel(
+def _segsum_combine(a, fa, b, fb):
+    """Segmented inclusive-scan step: a run restarts where the right operand starts a segment."""
+    return tl.where(fb != 0, b, a + b), fa | fb
+
+
+@triton.jit
+def _bwd_tile_kernel(
     weights_ptr, mom_ptr, m1_ptr, m2_ptr, go_ptr, go_stride,
-    sorted_keys_ptr, perm_ptr, sorted_bags_ptr, offsets_ptr, psw_ptr, dpsw_ptr,
-    chunk_start_ptr, n_rows, partial_ptr, N, B, total_rows,
+    sorted_keys_ptr, perm_ptr, bags_ptr, offsets_ptr, psw_ptr, dpsw_ptr,
+    partial_ptr, scal_ptr, N, B, total_rows,
     f_woff_ptr, f_roff_ptr, f_dim_ptr, f_doff_ptr,
-    lr, eps, beta1, beta2, wd, c1, c2, seed,
     OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, HAS_PSW: tl.constexpr,
-    MEAN: tl.constexpr, NEED_DPSW: tl.constexpr, CHUNK: tl.constexpr,
-    VEC: tl.constexpr, DIM: tl.constexpr,
-    BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
+    MEAN: tl.constexpr, NEED_DPSW: tl.constexpr, VEC: tl.constexpr, DIM: tl.constexpr,
+    TILE: tl.constexpr, BLOCK_D: tl.constexpr, SCAN: tl.constexpr,
 ):  # fmt: skip
-    """BLOCK_C consecutive chunks; their sorted positions are one contiguous range, walked
-    BLOCK_P positions per step (work follows positions, so long chunks do not serialise)."""
-    cs = tl.program_id(0).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
-    start = tl.load(chunk_start_ptr + cs, mask=cs < n_rows, other=N)  # GPU: padded with N
-    cm = start < N
-    if tl.max(cm.to(tl.int32), axis=0) > 0:  # grid is sized by N: padding programs exit
-        end = tl.load(chunk_start_ptr + cs + 1, mask=cs + 1 < n_rows, other=N)
-        key = tl.load(sorted_keys_ptr + start, mask=cm, other=total_rows).to(tl.int64)
-        kv = cm & (key < total_rows)  # the sentinel key marks out-of-range indices: no update
-        # does the chunk begin / end its row's segment?
-        kprev = tl.load(sorted_keys_ptr + start - 1, mask=kv & (start > 0), other=-1).to(tl.int64)
-        knext = tl.load(sorted_keys_ptr + end, mask=kv & (end < N), other=-1).to(tl.int64)
-        single = (kprev != key) & (knext != key)
-        slot = 2 * (start // CHUNK) + ((start % CHUNK) != 0).to(tl.int64)
-        f0 = tl.load(sorted_bags_ptr + start, mask=kv, other=0) // B
-        D, wrow, ds, dm, w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, key, f0,
-                                        kv, BLOCK_C, VEC, DIM, BLOCK_D)  # fmt: skip
-        qs = tl.arange(0, BLOCK_P)
-        acc = tl.zeros([BLOCK_C, BLOCK_D], dtype=tl.float32)
-        pstart = tl.min(start, axis=0)
-        pend = tl.max(tl.where(cm, end, 0), axis=0)
-        for q0 in range(pstart, pend, BLOCK_P):
-            q = q0 + qs  # sorted positions
-            own = (q[None, :] >= start[:, None]) & (q[None, :] < end[:, None]) & kv[:, None]
-            qv = tl.max(own.to(tl.int32), axis=0) > 0  # [P]: position of a valid chunk
-            bag = tl.load(sorted_bags_ptr + q, mask=qv, other=0)
-            f = bag // B
-            b = (bag - f * B).to(tl.int64)
-            doff = tl.multiple_of(tl.load(f_doff_ptr + f, mask=qv, other=0), VEC)
-            if DIM > 0:
-                dq = tl.full([BLOCK_P], DIM, tl.int32)
-            else:
-                dq = tl.load(f_dim_ptr + f, mask=qv, other=0)
-            g = tl.load(
-                go_ptr + b[:, None] * go_stride + doff[:, None] + ds[None, :],
-                mask=qv[:, None] & ((ds[None, :] // VEC) < (dq[:, None] // VEC)),
-                other=0.0,
-            ).to(tl.float32)  # [P, D]
-            if MEAN:
-                n = tl.load(offsets_ptr + bag + 1, mask=qv, other=1) - tl.load(
-                    offsets_ptr + bag, mask=qv, other=0
-                )
-                g = g / tl.maximum(n, 1).to(tl.float32)[:, None]
-            sel = own.to(tl.float32)[:, :, None]  # [C, P, 1] one-hot: position -> its chunk
-            if NEED_DPSW or HAS_PSW:
-                orig = tl.load(perm_ptr + q, mask=qv, other=0)
-            if NEED_DPSW:
-                wq = tl.sum(sel * w[:, None, :], axis=0)  # [P, D] the row each position read
-                tl.store(dpsw_ptr + orig, tl.sum(g * wq, axis=1), mask=qv)
-            if HAS_PSW:
-                g = g * tl.load(psw_ptr + orig, mask=qv, other=0.0).to(tl.float32)[:, None]
-            acc += tl.sum(sel * g[None, :, :], axis=1)
-        _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, kv & single, D, w,
-                     acc, lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP, VEC)  # fmt: skip
-        pptr = partial_ptr + slot[:, None] * BLOCK_D + ds[None, :]
-        tl.store(pptr, acc, mask=dm & (~single)[:, None])
+    """Program t owns sorted positions ``[t*TILE, (t+1)*TILE)``: one ``[TILE, BLOCK_D]`` tile of
+    gradient rows (gathered through ``perm`` -> bag, no separate gather pass), a segmented scan
+    over equal keys sums each row's occurrences in fp32, and at each segment end the row is
+    updated in place. Segments cut by a tile border leave fp32 partials instead: the piece that
+    continues from the previous tile in slot ``2t``, the piece that runs into the next tile in
+    slot ``2t + 1`` (the hot-row kernel combines them). No compaction, no host-side shapes."""
+    t = tl.program_id(0).to(tl.int64)
+    t0 = t * TILE
+    q = t0 + tl.arange(0, TILE)
+    qm = q < N
+    key = tl.load(sorted_keys_ptr + q, mask=qm, other=total_rows).to(tl.int64)
+    kprev = tl.load(sorted_keys_ptr + q - 1, mask=qm & (q > 0), other=-1).to(tl.int64)
+    knext = tl.load(sorted_keys_ptr + q + 1, mask=qm & (q + 1 < N), other=-1).to(tl.int64)
+    kv = qm & (key < total_rows)  # the sentinel key marks out-of-range indices: no update
+    t1 = tl.minimum(t0 + TILE, N) - 1  # last position of this tile
+    k0 = tl.sum(tl.where(q == t0, key, 0), axis=0)
+    k1 = tl.sum(tl.where(q == t1, key, 0), axis=0)
+    head = tl.sum(tl.where((q == t0) & (kprev == key), 1, 0), axis=0)  # 1: cut at the start
+    tail = tl.sum(tl.where((q == t1) & (knext == key), 1, 0), axis=0)  # 1: cut at the end
+    starts = (q == t0) | (kprev != key)
+    piece_end = qm & ((knext != key) | (q == t1))
+    # (tl.where + compare keeps every mask a plain boolean, in the interpreter too)
+    in_head = tl.where(key == k0, head, 0) > 0
+    in_tail = tl.where(key == k1, tail, 0) > 0
+    cut = tl.where(kv & piece_end, in_head.to(tl.int32) + in_tail.to(tl.int32), 0) > 0
+    whole = tl.where(kv & piece_end, 1 - cut.to(tl.int32), 0) > 0
+
+    orig = tl.load(perm_ptr + q, mask=qm, other=0)
+    bag = tl.load(bags_ptr + orig, mask=kv, other=0)
+    f = bag // B
+    b = (bag - f * B).to(tl.int64)
+    if NEED_DPSW:  # d psw needs the row every position read; the update only segment ends
+        need_w = kv
+    else:
+        need_w = whole
+    D, wrow, ds, dm, w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, key, f,
+                                    need_w, TILE, VEC, DIM, BLOCK_D)  # fmt: skip
+    if DIM > 0:
+        dq = tl.full([TILE], DIM, tl.int32)
+    else:
+        dq = tl.load(f_dim_ptr + f, mask=kv, other=0)
+    doff = tl.multiple_of(tl.load(f_doff_ptr + f, mask=kv, other=0), VEC)
+    gm = kv[:, None] & ((ds[None, :] // VEC) < (dq[:, None] // VEC))
+    g = tl.load(go_ptr + b[:, None] * go_stride + doff[:, None] + ds[None, :], mask=gm,
+                other=0.0).to(tl.float32)  # fmt: skip
+    if MEAN:
+        n = tl.load(offsets_ptr + bag + 1, mask=kv, other=1) - tl.load(
+            offsets_ptr + bag, mask=kv, other=0
+        )
+        g = g / tl.maximum(n, 1).to(tl.float32)[:, None]
+    if NEED_DPSW:
+        tl.store(dpsw_ptr + orig, tl.sum(g * w, axis=1), mask=kv)
+    if HAS_PSW:
+        g = g * tl.load(psw_ptr + orig, mask=kv, other=0.0).to(tl.float32)[:, None]
+    if SCAN:  # GPU: segmented inclusive scan; at a piece's last position it holds the sum
+        flags = tl.broadcast_to(starts.to(tl.int32)[:, None], [TILE, BLOCK_D])
+        acc, _ = tl.associative_scan((g, flags), 0, _segsum_combine)
+    else:  # interpreter (its generic scan is a Python loop per element): same-key mask sum
+        same = (key[:, None] == key[None, :]).to(tl.float32)  # equal keys are one run here
+        acc = tl.sum(same[:, :, None] * g[None, :, :], axis=1)
+    lr, eps, beta1, beta2, wd, c1, c2, seed = _load_scalars(scal_ptr)
+    _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, whole, D, w, acc,
+                 lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP, VEC)  # fmt: skip
+    slot = 2 * t + (in_head == 0).to(tl.int64)
+    tl.store(partial_ptr + slot[:, None] * BLOCK_D + ds[None, :], acc,
+             mask=tl.broadcast_to(cut[:, None], [TILE, BLOCK_D]))  # fmt: skip
 
 
 @triton.jit
 def _bwd_hot_kernel(
-    weights_ptr, mom_ptr, m1_ptr, m2_ptr, sorted_keys_ptr, sorted_bags_ptr, partial_ptr,
-    N, B, total_rows, f_woff_ptr, f_roff_ptr, f_dim_ptr,
-    lr, eps, beta1, beta2, wd, c1, c2, seed,
-    OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, CHUNK: tl.constexpr,
+    weights_ptr, mom_ptr, m1_ptr, m2_ptr, sorted_keys_ptr, perm_ptr, bags_ptr, partial_ptr,
+    scal_ptr, N, B, total_rows, f_woff_ptr, f_roff_ptr, f_dim_ptr,
+    OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, TILE: tl.constexpr,
     VEC: tl.constexpr, DIM: tl.constexpr,
     NBITS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    """Program t owns the hot segment (longer than one tile) whose last chunk starts at tile
-    t's first position: binary-search the segment start, add its partials BLOCK_T at a time in
-    tile order (deterministic), update the row."""
+    """Program t owns the segment that runs into tile t from before and ends in it: binary-search
+    the segment start, add its partials BLOCK_T at a time in tile order (deterministic: slot
+    ``2*ts + 1`` of the start tile, then slot ``2*j`` of every later tile), update the row."""
     t = tl.program_id(0) + tl.zeros([1], dtype=tl.int64)  # [1]-vectors keep one code path
-    p0 = t * CHUNK
+    p0 = t * TILE
     tm = (p0 < N) & (p0 > 0)
     key = tl.load(sorted_keys_ptr + p0, mask=tm, other=total_rows).to(tl.int64)
     kv = tm & (key < total_rows)
     kprev = tl.load(sorted_keys_ptr + p0 - 1, mask=kv, other=-1).to(tl.int64)
-    knext = tl.load(sorted_keys_ptr + p0 + CHUNK, mask=kv & (p0 + CHUNK < N), other=-1)
+    knext = tl.load(sorted_keys_ptr + p0 + TILE, mask=kv & (p0 + TILE < N), other=-1)
     own = kv & (kprev == key) & (knext.to(tl.int64) != key)
     if tl.max(own.to(tl.int32), axis=0) > 0:  # most tiles own no hot row: exit early
         lo = p0 * 0
@@ -230,34 +248,45 @@ def _bwd_hot_kernel(
             right = km < key
             lo = tl.where(srch & right, mid + 1, lo)
             hi = tl.where(srch & ~right, mid, hi)
-        ts = (
-            lo // CHUNK
-        )  # first tile of the segment; its chunk there is slot 2*ts + (lo % CHUNK != 0)
-        f0 = tl.load(sorted_bags_ptr + p0, mask=own, other=0) // B
-        D, wrow, ds, dm, w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, key, f0,
-                                        own, 1, VEC, DIM, BLOCK_D)  # fmt: skip
+        bag = tl.load(bags_ptr + tl.load(perm_ptr + p0, mask=own, other=0), mask=own, other=0)
+        D, wrow, ds, dm, w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, key,
+                                        bag // B, own, 1, VEC, DIM, BLOCK_D)  # fmt: skip
         g = tl.zeros([BLOCK_D], dtype=tl.float32)
         js = tl.arange(0, BLOCK_T)
-        first = tl.max(tl.where(own, ts, t + 1), axis=0)
+        first = tl.max(tl.where(own, lo // TILE, t + 1), axis=0)
         last = tl.max(t, axis=0)
-        mid_start = tl.max(((lo % CHUNK) != 0).to(tl.int32), axis=0) != 0
         for j0 in range(first, last + 1, BLOCK_T):
             j = j0 + js
-            slot = 2 * j + ((j == first) & mid_start).to(tl.int64)
+            slot = 2 * j + (j == first).to(tl.int64)
             g += tl.sum(tl.load(partial_ptr + slot[:, None] * BLOCK_D + ds[None, :],
-                                mask=(j <= last)[:, None] & dm,
-                                other=0.0), axis=0)  # fmt: skip
+                                mask=(j <= last)[:, None] & dm, other=0.0), axis=0)  # fmt: skip
+        lr, eps, beta1, beta2, wd, c1, c2, seed = _load_scalars(scal_ptr)
         _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, own, D, w, g[None, :],
                      lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP, VEC)  # fmt: skip
 
 
-def _nonzero_padded(flags: torch.Tensor, n: int) -> torch.Tensor:
-    """Positions of True, padded with ``n`` to length ``n`` (no host sync where supported)."""
-    try:
-        return torch.nonzero_static(flags, size=n, fill_value=n).flatten()
-    except (NotImplementedError, RuntimeError):  # older torch without a device kernel
-        idx = torch.nonzero(flags).flatten()
-        return torch.cat([idx, idx.new_full((n - idx.numel(),), n)])
+_SCAL_LEN = 8  # lr, eps, beta1, beta2, weight decay, c1, c2, seed (int32 bits)
+
+
+def fill_scalars(scal: torch.Tensor, spec: OptimizerSpec, step: int, seed: int) -> None:
+    """Write this step's optimizer scalars into the device tensor ``scal`` without a host sync.
+
+    The values go through a fresh pinned buffer from torch's caching host allocator, which keeps
+    the buffer alive until the asynchronous copy has run, so the host never waits for the GPU
+    and a later step cannot overwrite a copy still in flight.
+    """
+    vals = torch.tensor(
+        [spec.lr, spec.eps, spec.beta1, spec.beta2, spec.weight_decay,
+         1.0 - spec.beta1**step, 1.0 - spec.beta2**step, 0.0],
+        dtype=torch.float32,
+    )  # fmt: skip
+    vals.view(torch.int32)[7] = int(seed)
+    if scal.device.type == "cpu":
+        scal.copy_(vals)
+    else:
+        host = torch.empty(_SCAL_LEN, dtype=torch.float32, pin_memory=True)
+        host.copy_(vals)
+        scal.copy_(host, non_blocking=True)
 
 
 def backward_update(
@@ -276,8 +305,15 @@ def backward_update(
     need_psw_grad: bool,
     deterministic: bool,
     seed: int,
+    scal: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
-    """Apply the fused optimizer to the rows touched by this batch; return d per_sample_weights."""
+    """Apply the fused optimizer to the rows touched by this batch; return d per_sample_weights.
+
+    Three Triton launches and one ``torch.sort``; no host sync and no data-dependent host shape,
+    so the whole call can be captured in a CUDA / HIP graph. ``scal`` (fp32 [8]) holds the
+    step's optimizer scalars; when None it is filled here (a graph passes its own, filled by
+    :func:`fill_scalars` before each replay).
+    """
     B = layout.batch_size(offsets)
     N = indices.numel()
     F = layout.num_features
@@ -288,10 +324,14 @@ def backward_update(
     meta = layout.meta(dev)
     info = _device_info(dev.index)
     total_rows = layout.total_rows
-    cfg, chunk = backward_config(info, max_dim=layout.max_dim)
+    cfg, tile = backward_config(info, max_dim=layout.max_dim)
+    if scal is None:
+        scal = torch.empty(_SCAL_LEN, dtype=torch.float32, device=dev)
+        fill_scalars(scal, spec, step, seed)
 
-    # 1. global row key per position, sort
-    kdtype = torch.int32 if total_rows < 2**31 - 1 else torch.int64  # int32: half the sort passes
+    # 1. global row key and bag per position; one sort groups a row's occurrences (int32 keys
+    #    when the row ids fit: half the radix passes of int64)
+    kdtype = torch.int32 if total_rows < 2**31 - 1 else torch.int64
     keys = torch.empty(N, dtype=kdtype, device=dev)
     bags = torch.empty(N, dtype=torch.int32 if F * B < 2**31 else torch.int64, device=dev)
     kcfg = forward_config(info, max_dim=1, avg_len=N / (F * B), elem_bytes=4)
@@ -300,47 +340,34 @@ def backward_update(
         BAGS=kcfg.bags, BLOCK_L=kcfg.block_l, num_warps=kcfg.num_warps,
     )  # fmt: skip
     sorted_keys, perm = torch.sort(keys, stable=deterministic)
-    sorted_bags = bags[perm]  # one parallel gather; spares the kernels a dependent load
 
-    # 2. chunk starts (padded with N: no host sync)
-    flags = torch.empty(N, dtype=torch.int8, device=dev)
-    _flags_kernel[(triton.cdiv(N, 1024),)](sorted_keys, flags, N, CHUNK=chunk, BLOCK=1024)
-    if dev.type == "cuda":
-        chunk_starts = _nonzero_padded(flags, N)
-    else:  # interpreter: the sync is free; an exact grid and tile save empty programs
-        chunk_starts = torch.nonzero(flags).flatten()
-    n_rows = chunk_starts.numel()
-    n_tiles = triton.cdiv(N, chunk)
+    # 2. fixed tiles of sorted positions: segmented reduce + fused update, partials at borders
+    n_tiles = triton.cdiv(N, tile)
     partial = torch.empty(2 * n_tiles, cfg.block_d, dtype=torch.float32, device=dev)
-
-    # 3. per-chunk segment reduce + fused update
     opt = dict(
-        lr=spec.lr, eps=spec.eps, beta1=spec.beta1, beta2=spec.beta2, wd=spec.weight_decay,
-        c1=1.0 - spec.beta1**step, c2=1.0 - spec.beta2**step, seed=int(seed),
         OPT=_OPT_CODE[spec.kind], SR=bool(stochastic_rounding and weights.dtype != torch.float32),
-        SR_DROP=16 if weights.dtype == torch.bfloat16 else 13, CHUNK=chunk,
+        SR_DROP=16 if weights.dtype == torch.bfloat16 else 13, TILE=tile,
         VEC=_vec(layout), DIM=_uniform_dim(layout),
     )  # fmt: skip
-    dummy = torch.empty(1, dtype=torch.float32, device=dev)
+    dummy = scal
     mom = states.get("momentum", dummy)
     m1 = states.get("exp_avg", dummy)
     m2 = states.get("exp_avg_sq", dummy)
     go = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()
     psw = per_sample_weights
-    _bwd_chunk_kernel[(triton.cdiv(n_rows, cfg.bags),)](
+    _bwd_tile_kernel[(n_tiles,)](
         weights, mom, m1, m2, go, go.stride(0),
-        sorted_keys, perm, sorted_bags, offsets, psw if psw is not None else dummy,
-        dpsw if dpsw is not None else dummy, chunk_starts, n_rows, partial, N, B, total_rows,
+        sorted_keys, perm, bags, offsets, psw if psw is not None else dummy,
+        dpsw if dpsw is not None else dummy, partial, scal, N, B, total_rows,
         meta.weights_offset, meta.row_offset, meta.dim, meta.d_offsets,
         HAS_PSW=psw is not None, MEAN=pooling == "mean", NEED_DPSW=dpsw is not None,
-        BLOCK_C=cfg.bags, BLOCK_P=cfg.block_l, BLOCK_D=cfg.block_d, **opt,
-        **cfg.launch_kwargs(),
+        BLOCK_D=cfg.block_d, SCAN=info.backend != "cpu", **opt, **cfg.launch_kwargs(),
     )  # fmt: skip
 
-    # 4. hot rows (segments longer than one tile): combine partials, update
-    if N > chunk:
+    # 3. hot rows (segments across tile borders): combine partials in tile order, update
+    if N > tile:
         _bwd_hot_kernel[(n_tiles,)](
-            weights, mom, m1, m2, sorted_keys, sorted_bags, partial, N, B, total_rows,
+            weights, mom, m1, m2, sorted_keys, perm, bags, partial, scal, N, B, total_rows,
             meta.weights_offset, meta.row_offset, meta.dim, NBITS=max(1, N.bit_length()),
             BLOCK_T=cfg.hot_block, BLOCK_D=cfg.block_d, **opt, **cfg.launch_kwargs(),
         )  # fmt: skip

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from rocmtrain.platform import DeviceInfo, device_info
 
-from .arch import LaunchConfig, forward_candidates, forward_config
+from .arch import ONEHOT_MAX_LEN, LaunchConfig, forward_candidates, forward_config
 from .layout import TBELayout
 
 
@@ -38,6 +38,7 @@ def _tbe_fwd_kernel(
     f_rows_ptr,
     f_dim_ptr,
     f_doff_ptr,
+    feat_ptr,
     B,
     out_stride,
     HAS_PSW: tl.constexpr,
@@ -49,7 +50,7 @@ def _tbe_fwd_kernel(
     BLOCK_D: tl.constexpr,
 ):
     pid_b = tl.program_id(0)
-    f = tl.program_id(1)
+    f = tl.load(feat_ptr + tl.program_id(1))  # this launch's feature group (one-/multi-hot)
     pid_d = tl.program_id(2)
     if DIM > 0:  # every table has this dim: compile-time D (static masks, 16-byte loads)
         D = DIM
@@ -94,11 +95,16 @@ def _tbe_fwd_kernel(
 
 
 def _vec(layout: TBELayout) -> int:
-    """Largest power of two (<= 16) dividing every table's dim and offset: row-start alignment."""
-    g = 0
-    for v in (*layout.table_dims, *layout.weights_offsets):
-        g = math.gcd(g, v)
-    return max(1, min(16, g & -g))
+    """Largest power of two (<= 16) dividing every table's dim and offset: row-start alignment.
+
+    Cached on the layout: this runs on every launch, and host time is the small-batch cost."""
+    v = layout._meta_cache.get("vec")
+    if v is None:
+        g = 0
+        for x in (*layout.table_dims, *layout.weights_offsets):
+            g = math.gcd(g, x)
+        v = layout._meta_cache["vec"] = max(1, min(16, g & -g))
+    return v
 
 
 def _uniform_dim(layout: TBELayout) -> int:
@@ -112,17 +118,45 @@ def _device_info(index: int | None) -> DeviceInfo:
     return device_info(index or 0)
 
 
-def _launch(cfg: LaunchConfig, layout, weights, indices, offsets, psw, out, pooling, B):
+def _launch(cfg: LaunchConfig, layout, weights, indices, offsets, psw, out, pooling, B,
+            feats=None, max_dim=None):  # fmt: skip
     meta = layout.meta(weights.device)
-    grid = (triton.cdiv(B, cfg.bags), layout.num_features, triton.cdiv(layout.max_dim, cfg.block_d))
+    feats = _all_features(layout.num_features, weights.device) if feats is None else feats
+    max_dim = max_dim or layout.max_dim
+    grid = (triton.cdiv(B, cfg.bags), feats.numel(), triton.cdiv(max_dim, cfg.block_d))
     _tbe_fwd_kernel[grid](
         weights, indices, offsets, psw if psw is not None else weights, out,
-        meta.weights_offset, meta.rows, meta.dim, meta.d_offsets,
+        meta.weights_offset, meta.rows, meta.dim, meta.d_offsets, feats,
         B, out.stride(0),
         HAS_PSW=psw is not None, MEAN=pooling == "mean", VEC=_vec(layout), DIM=_uniform_dim(layout),
         BAGS=cfg.bags, BLOCK_L=cfg.block_l, BLOCK_D=cfg.block_d,
         **cfg.launch_kwargs(),
     )  # fmt: skip
+
+
+_FEATS: dict[tuple, torch.Tensor] = {}
+
+
+def _all_features(F: int, device: torch.device) -> torch.Tensor:
+    key = (F, str(device))
+    if key not in _FEATS:
+        _FEATS[key] = torch.arange(F, dtype=torch.int32, device=device)
+    return _FEATS[key]
+
+
+def feature_groups(layout: TBELayout, pooling_factors, device) -> list[tuple]:
+    """Split the features by mean bag length (``pooling_factors``, one per feature) into a
+    one-hot and a multi-hot group, each launched with its own tile: ``[(feature ids tensor,
+    mean length, max dim)]``. One group per class that has features."""
+    dims = layout.feature_dims()
+    groups = []
+    for onehot in (True, False):
+        fs = [f for f, L in enumerate(pooling_factors) if (L <= ONEHOT_MAX_LEN) == onehot]
+        if fs:
+            avg = sum(pooling_factors[f] for f in fs) / len(fs)
+            ids = torch.tensor(fs, dtype=torch.int32, device=device)
+            groups.append((ids, avg, max(dims[f] for f in fs)))
+    return groups
 
 
 # (arch key, max_dim, L bucket, dtype, pooling, psw) -> chosen LaunchConfig
@@ -142,11 +176,14 @@ def forward(
     *,
     pooling: str,
     output_dtype: torch.dtype,
+    groups: list[tuple] | None = None,
 ) -> torch.Tensor:
     """Pooled lookup ``[B, sum_f D_f]`` in ``output_dtype`` (fp32 accumulation).
 
-    On a GPU the first call per (shape class, dtype) times the table's config against a few
-    neighbours with ``triton.testing.do_bench`` and keeps the fastest (set
+    ``groups`` (from :func:`feature_groups`): one launch per feature group with the arch's
+    one-hot or multi-hot tile; None = one launch over all features, tiled for the batch's mean
+    bag length. On a GPU the first call per (shape class, dtype) times the table's config
+    against a few neighbours with ``triton.testing.do_bench`` and keeps the fastest (set
     ``ROCMTRAIN_TBE_AUTOTUNE=0`` to use the table's choice only).
     """
     B = layout.batch_size(offsets)
@@ -154,21 +191,24 @@ def forward(
     if B == 0:
         return out
     info = _device_info(weights.device.index)
-    avg_len = indices.numel() / max(1, B * layout.num_features)
     elem = weights.element_size()
     psw = per_sample_weights.contiguous() if per_sample_weights is not None else None
-    kw = dict(max_dim=layout.max_dim, avg_len=avg_len, elem_bytes=elem)
-    if not _autotune_enabled(weights.device):
-        cfg = forward_config(info, **kw)
-    else:
-        key = (info.arch, layout.max_dim, _pow2_bucket(avg_len), _pow2_bucket(B), weights.dtype,
-               pooling, psw is not None, output_dtype)  # fmt: skip
-        cfg = _TUNED.get(key)
-        if cfg is None:
-            cfg = _tune(forward_candidates(info, **kw), layout, weights, indices, offsets, psw,
-                        out, pooling, B)  # fmt: skip
-            _TUNED[key] = cfg
-    _launch(cfg, layout, weights, indices, offsets, psw, out, pooling, B)
+    if groups is None:
+        avg_len = indices.numel() / max(1, B * layout.num_features)
+        groups = [(None, avg_len, layout.max_dim)]
+    for feats, avg_len, max_dim in groups:
+        kw = dict(max_dim=max_dim, avg_len=avg_len, elem_bytes=elem)
+        if not _autotune_enabled(weights.device):
+            cfg = forward_config(info, **kw)
+        else:
+            key = (info.arch, max_dim, _pow2_bucket(avg_len), _pow2_bucket(B), weights.dtype,
+                   pooling, psw is not None, output_dtype)  # fmt: skip
+            cfg = _TUNED.get(key)
+            if cfg is None:
+                cfg = _tune(forward_candidates(info, **kw), layout, weights, indices, offsets,
+                            psw, out, pooling, B, feats, max_dim)  # fmt: skip
+                _TUNED[key] = cfg
+        _launch(cfg, layout, weights, indices, offsets, psw, out, pooling, B, feats, max_dim)
     return out
 
 
@@ -176,11 +216,14 @@ def _pow2_bucket(x: float) -> int:
     return 1 << max(0, round(math.log2(max(x, 1.0))))
 
 
-def _tune(cands, layout, weights, indices, offsets, psw, out, pooling, B) -> LaunchConfig:
+def _tune(cands, layout, weights, indices, offsets, psw, out, pooling, B, feats=None,
+          max_dim=None) -> LaunchConfig:  # fmt: skip
     best, best_ms = cands[0], float("inf")
     for cfg in cands:
         ms = triton.testing.do_bench(
-            lambda cfg=cfg: _launch(cfg, layout, weights, indices, offsets, psw, out, pooling, B),
+            lambda cfg=cfg: _launch(
+                cfg, layout, weights, indices, offsets, psw, out, pooling, B, feats, max_dim
+            ),  # fmt: skip
             warmup=5,
             rep=20,
             return_mode="median",

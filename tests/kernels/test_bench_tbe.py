@@ -27,8 +27,8 @@ def test_bench_tbe_cpu_quick(tmp_path, monkeypatch, hide_fbgemm):
     if hide_fbgemm:
         monkeypatch.setitem(sys.modules, "fbgemm_gpu", None)  # import fails like a missing wheel
     bench = _load(monkeypatch)
-    argv = ["--device", "cpu", "--quick", "--no-dlrm", "--rows", "500", "--batch", "16",
-            "--only", "float32 D=16 L=1 uniform", "--out", str(tmp_path)]  # fmt: skip
+    argv = ["--cpu-smoke", "--no-dlrm", "--only", "float32 D=16 L=1 uniform",
+            "--out", str(tmp_path)]  # fmt: skip
     assert bench.main(argv) == 0
     data = json.loads((tmp_path / "results.json").read_text())
     rows = data["results"]
@@ -37,6 +37,31 @@ def test_bench_tbe_cpu_quick(tmp_path, monkeypatch, hide_fbgemm):
     assert ("fbgemm" in provs) is not hide_fbgemm
     ours = next(r for r in rows if r["provider"] == "ours" and r["mode"] == "fwd")
     assert ours["checks"]["fwd"] < 1e-6 and ours["checks"]["step"] < 1e-6
+    # >= 2 interleaved rounds per provider, median inside [min, max], ratios per round
+    assert len(ours["rounds"]) == data["meta"]["rounds"] >= 2
+    assert ours["ms"]["min"] <= ours["ms"]["median"] <= ours["ms"]["max"]
+    assert "torch_dense" in ours["ratios"]
+    assert ("fbgemm" in ours["ratios"]) is not hide_fbgemm
+    assert data["meta"]["copy_gbps"]["median"] > 0
     md = (tmp_path / "results.md").read_text()
     assert "| float32 D=16 L=1 uniform | fwd+bwd+adagrad |" in md
     assert ("fbgemm_gpu is not importable" in md) is hide_fbgemm
+    assert "judged by the ratio's lower bound" in md and "[" in md
+
+
+@pytest.mark.slow
+def test_bench_targets_use_the_lower_bound(monkeypatch):
+    """A ratio whose median meets the target but whose lower bound does not is MISSED."""
+    bench = _load(monkeypatch)
+    big = bench.TARGET_CASES[0]
+
+    def res(prov, rounds):
+        return bench.Result(big, prov, "fwd+bwd+sgd", bench.summary(rounds), rounds=rounds)
+
+    ours, fb = res("ours", [1.0, 1.0, 1.0, 1.0, 1.0]), res("fbgemm", [1.3, 1.3, 1.3, 1.3, 1.0])
+    ours.ratios["fbgemm"] = bench.summary(
+        [a / b for a, b in zip(fb.rounds, ours.rounds, strict=True)]
+    )
+    lines = bench.targets([ours, fb])
+    line = next(x for x in lines if x.startswith(f"- ours {big} fwd+bwd+sgd"))
+    assert "MISSED" in line and "1.30x" in line  # median 1.3 >= 1.1, lower bound 1.0 < 1.1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -215,3 +216,137 @@ def test_state_dict_round_trip_resumes_identically():
         out = m(cases[1].indices, cases[1].offsets)
         out.backward(torch.ones_like(out))
     assert torch.equal(a.weights, b.weights) and torch.equal(a.exp_avg_sq, b.exp_avg_sq)
+
+
+# Stochastic rounding, every optimizer x 16-bit dtype: all rows start at 1.0 and get the same
+# gradient, so every element's fp32 update is the same value v (fp64 oracle). SR stores one of the
+# two dtype neighbours lo <= v < hi = lo + ulp, hi with probability p = (v - lo) / ulp, so the
+# mean of n stored elements has E = v and std ulp * sqrt(p (1 - p) / n); the bound is 5 std plus
+# the fp32 arithmetic of v (a few fp32 ulps, 1e-6 here). Round-to-nearest must store the nearer
+# neighbour every time.
+SR_OPTS = {  # lr = None: set to 0.37 ulp (an Adagrad/Adam first step moves by ~lr)
+    "sgd": dict(kind="sgd", lr=1.0),
+    "rowwise_adagrad": dict(kind="rowwise_adagrad", lr=None, eps=1e-8),
+    "adam": dict(kind="adam", lr=None, beta1=0.9, beta2=0.999, eps=1e-8),
+}
+ULP_AT_1 = {torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("wdtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("kind", list(SR_OPTS))
+def test_stochastic_rounding_statistics(backend, wdtype, kind):
+    rows, D = 2048, 4
+    ulp = ULP_AT_1[wdtype]
+    opt = dict(SR_OPTS[kind])
+    if opt["lr"] is None:
+        opt["lr"] = 0.37 * ulp
+    g_val = -0.37 * ulp if kind == "sgd" else -0.5  # v = 1 + ~0.37 ulp
+    one = make_case([(1, D)], [0], B=1, max_len=1, empty_frac=0.0)
+    one.indices, one.offsets = torch.zeros(1, dtype=torch.int64), torch.tensor([0, 1])
+    s0 = [{"sgd": {}, "rowwise_adagrad": {"momentum": torch.zeros(1, dtype=torch.float64)},
+           "adam": {"exp_avg": torch.zeros(1, D, dtype=torch.float64),
+                    "exp_avg_sq": torch.zeros(1, D, dtype=torch.float64)}}[kind]]  # fmt: skip
+    ref_w, _, _ = oracle_step([torch.ones(1, D)], s0, one, torch.full((1, D), g_val), "sum", opt, 1)
+    v = float(ref_w[0][0, 0])
+    lo = 1.0 + math.floor((v - 1.0) / ulp) * ulp
+    p = (v - lo) / ulp
+    assert 0.05 < p < 0.95, "pick g/lr so that v falls strictly between two neighbours"
+    res = {}
+    for sr in (True, False):
+        m = TableBatchedEmbeddingBags([(rows, D)], optimizer=OptimizerSpec(**opt),
+                                      weights_dtype=wdtype, stochastic_rounding=sr,
+                                      backend=backend, seed=5)  # fmt: skip
+        m.weights.data.fill_(1.0)
+        out = m(torch.arange(rows), torch.arange(rows + 1))
+        out.backward(torch.full_like(out, g_val))
+        res[sr] = m.weights.double()
+    nearest = lo if p < 0.5 else lo + ulp
+    assert torch.all(res[False] == nearest), "round-to-nearest must store the nearer neighbour"
+    vals = res[True]
+    assert set(vals.unique().tolist()) <= {lo, lo + ulp}
+    n = vals.numel()
+    bound = 5 * ulp * math.sqrt(p * (1 - p) / n) + 1e-6
+    assert abs(vals.mean().item() - v) < bound, (vals.mean().item(), v, bound)
+    frac_up = (vals == lo + ulp).double().mean().item()  # the same check on P(round up) = p
+    assert abs(frac_up - p) < 5 * math.sqrt(p * (1 - p) / n) + 1e-6
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_feature_groups_one_hot_and_multi_hot(backend):
+    """pooling_factors split the features into a one-hot and a multi-hot launch, each with its
+    own tile; the output (every column block in place) matches the oracle."""
+    tables = [(40, 12), (30, 20), (25, 36)]
+    fmap = [0, 1, 0, 2]
+    m = TableBatchedEmbeddingBags(tables, feature_table_map=fmap, backend=backend,
+                                  pooling_factors=[1.0, 3.0, 1.0, 2.5])  # fmt: skip
+    case = make_case(tables, fmap, B=23, seed=31, max_len=4)
+    out = m(case.indices, case.offsets)
+    ref = oracle_forward([w.clone() for w in m.split_embedding_weights()], case, "sum")
+    assert_close(out, ref, torch.float32, "grouped forward")
+    with pytest.raises(ValueError, match="one mean bag length per feature"):
+        TableBatchedEmbeddingBags(tables, feature_table_map=fmap, pooling_factors=[1.0])
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the interpreter")
+def test_backward_launches(monkeypatch):
+    """One Triton backward = 3 kernel launches (keys, tile reduce + update, hot-row combine) and
+    one torch.sort; no flags / nonzero_static / gather passes and no host sync."""
+    import rocmtrain.kernels.tbe_backward as tb
+
+    launched = []
+    for k in (tb._keys_kernel, tb._bwd_tile_kernel, tb._bwd_hot_kernel):
+        orig = k.run
+
+        def run(*a, _orig=orig, _name=k.__name__, **kw):
+            launched.append(_name)
+            return _orig(*a, **kw)
+
+        monkeypatch.setattr(k, "run", run)
+    m = _module("triton", optimizer=OptimizerSpec("rowwise_adagrad", lr=0.1))
+    case = make_case(TABLES, FMAP, B=16, seed=9, hot_row=600)
+    out = m(case.indices, case.offsets)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        out.backward(grad)
+    assert launched == ["_keys_kernel", "_bwd_tile_kernel", "_bwd_hot_kernel"], launched
+    ops = [e.key for e in prof.key_averages()]
+    assert sum(e.count for e in prof.key_averages() if e.key == "aten::sort") == 1
+    for banned in ("aten::nonzero_static", "aten::nonzero", "aten::index", "aten::item",
+                   "aten::_local_scalar_dense"):  # fmt: skip
+        assert banned not in ops, f"{banned} in the backward"
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the interpreter")
+@pytest.mark.parametrize("kind", ["rowwise_adagrad", "adam"])
+def test_backward_gpu_tiles_and_scan_match_oracle(monkeypatch, kind):
+    """The GPU configuration of the backward (sm_90 tiles, the segmented tl.associative_scan that
+    the interpreter normally replaces) in the interpreter on a tiny case: duplicates, a row cut
+    across several tiles (partials + hot-row kernel), psw, mean pooling, vs the fp64 oracle."""
+    import rocmtrain.kernels.tbe_backward as tb
+    import rocmtrain.kernels.tbe_forward as tf
+    from rocmtrain.platform import DeviceInfo
+
+    h200 = DeviceInfo(0, "H200", "cuda", "sm_90", 32, 132, 1 << 37)
+    monkeypatch.setattr(tb, "_device_info", lambda idx: h200)
+    monkeypatch.setattr(tf, "_device_info", lambda idx: h200)
+    tables, fmap = [(50, 4), (9, 4)], [0, 1, 0]
+    opt = OPTS[kind]
+    m = TableBatchedEmbeddingBags(tables, feature_table_map=fmap, backend="triton",
+                                  optimizer=OptimizerSpec(**opt), pooling="mean", seed=2)  # fmt: skip
+    case = make_case(tables, fmap, B=10, seed=41, psw=True, max_len=6, hot_row=150)
+    assert tb.backward_config(h200, max_dim=4)[1] == 16  # 150 hot positions span 9+ tiles
+    psw = case.psw.clone().requires_grad_(True)
+    w0 = [w.clone() for w in m.split_embedding_weights()]
+    s0 = _oracle_states(m)
+    out = m(case.indices, case.offsets, psw)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
+    out.backward(grad)
+    ref_w, ref_s, ref_dpsw = oracle_step(w0, s0, case, grad, "mean", opt, 1)
+    for t, w in enumerate(m.split_embedding_weights()):
+        assert_close(w, ref_w[t], torch.float32, f"{kind} table {t}", terms=150)
+        for name, st in m.split_optimizer_states()[t].items():
+            assert_close(st, ref_s[t][name], torch.float32, f"{kind} {name}", terms=150)
+    assert_close(psw.grad, ref_dpsw, torch.float32, "d psw")
