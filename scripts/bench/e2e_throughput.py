@@ -97,8 +97,10 @@ class ThroughputCallback(pl.Callback):
         """The document written to ``throughput.json`` (collective: all ranks must call it)."""
         rates = [w["samples_per_s"] for w in self.windows]
         total_s = sum(w["seconds"] for w in self.windows)
-        peak = _peak_memory(pl_module.device)
-        peaks = trainer.strategy.all_gather(torch.tensor(peak, device=pl_module.device))
+        # the strategy's device: after fit Lightning has moved the module back to the CPU
+        device = trainer.strategy.root_device
+        peak = _peak_memory(device)
+        peaks = trainer.strategy.all_gather(torch.tensor(peak, device=device))
         peaks = peaks.reshape(-1, 2).tolist() if trainer.world_size > 1 else [peak]
         return {
             "samples_per_s": statistics.median(rates) if rates else None,
