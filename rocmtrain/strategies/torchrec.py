@@ -665,10 +665,10 @@ class TorchRecStrategy(DDPStrategy):
         kind = kind or ("semi_sync" if self._pipeline == "semi_sync" else "sparse_dist")
         check_choice("kind", kind, ("sparse_dist", "semi_sync"))
         if kind == "semi_sync":
-            from torchrec.distributed.train_pipeline import TrainPipelineSemiSync
+            from rocmtrain.strategies.pipelines import semi_sync_pipeline
 
             kwargs.setdefault("start_batch", self._semi_sync_start_batch)
-            return TrainPipelineSemiSync(self.dmp, optimizer, self.root_device, **kwargs)
+            return semi_sync_pipeline(self.dmp, optimizer, self.root_device, **kwargs)
         from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
         return TrainPipelineSparseDist(self.dmp, optimizer, self.root_device, **kwargs)
