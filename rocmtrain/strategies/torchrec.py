@@ -530,14 +530,16 @@ class TorchRecStrategy(DDPStrategy):
             pinned=pinned,
         )
         cost = plan_cost(balanced, table_specs(model), self._pooling_factors, world_size)
+        # The planner's plan fits (its fullest rank <= 85 % of a device, 15 % reserved); a plan
+        # whose fullest rank holds no more than that, or no more than 10 % over an even split
+        # (<= 1.1 x the planner's fullest), fits too. Beyond that (user-pinned tables): keep it.
         most = max(r.memory_bytes for r in cost.ranks)
-        if most > max(r.memory_bytes for r in report.planner.ranks):
-            # the planner's plan is known to fit the memory caps; one that needs more on its
-            # fullest rank might not
+        even = sum(r.memory_bytes for r in cost.ranks) / len(cost.ranks)
+        if most > max(max(r.memory_bytes for r in report.planner.ranks), 1.1 * even):
             self._balance_report = dataclasses.replace(
                 report,
                 note="the balanced plan needs more memory on its fullest rank than the "
-                "planner's: the planner's plan is kept",
+                "planner's plan and 10 % over an even split: the planner's plan is kept",
             )
             return plan
         self._balance_report = dataclasses.replace(report, balanced=cost)
