@@ -164,12 +164,10 @@ def test_dry_run_prints_the_imbalance_before_and_after(devices, capsys):
     tables table-wise), the balanced one within 10 % in lookup bytes and memory."""
     import re
 
-    from rocmtrain.cli import print_plan
-    from rocmtrain.config.schema import register_configs, to_run_config
-
     from hydra import compose, initialize_config_dir
 
-    from rocmtrain.config.schema import configs_dir
+    from rocmtrain.cli import print_plan
+    from rocmtrain.config.schema import configs_dir, register_configs, to_run_config
 
     register_configs()
     overrides = [
@@ -233,9 +231,10 @@ def _train_balanced(rank: int, root: str, world: int):
     trainer.fit(module, datamodule=dm)
     strategy = trainer.strategy
     plan = strategy.sharding_plan
-    from rocmtrain.models.dlrm import pooling_factors
+    from rocmtrain.models.dlrm import build_dlrm, pooling_factors
 
-    cost = plan_cost(plan, table_specs(module.model), pooling_factors(m), world)
+    unsharded = build_dlrm(m, dense_device=torch.device("meta"))  # the tables' shapes
+    cost = plan_cost(plan, table_specs(unsharded), pooling_factors(m), world)
     report = strategy.balance_report
     return dict(
         losses=list(module.step_losses),

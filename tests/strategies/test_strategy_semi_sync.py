@@ -21,8 +21,6 @@ from pathlib import Path
 import pytest
 from dist_ranks import run_ranks
 
-pytestmark = pytest.mark.slow
-
 BATCHES = 16
 
 
@@ -137,6 +135,26 @@ def _worker(rank: int, root: str):
     )
 
 
+def test_semi_sync_is_a_pipelined_choice():
+    from rocmtrain.config import ConfigError
+    from rocmtrain.config.strategy import StrategyConfig
+    from rocmtrain.strategies import TorchRecStrategy
+
+    StrategyConfig(pipeline="semi_sync").validate()
+    with pytest.raises(ConfigError, match="strategy.semi_sync_start_batch"):
+        StrategyConfig(pipeline="semi_sync", semi_sync_start_batch=-1).validate()
+    with pytest.raises(ConfigError, match="semi_sync_start_batch"):
+        TorchRecStrategy(pipeline="semi_sync", semi_sync_start_batch=-5)
+    s = TorchRecStrategy(pipeline="semi_sync")
+    assert s.uses_pipeline("cpu") and s.uses_pipeline("gpu")  # asked for: on CPU too
+    assert s.pipeline_kind("cpu") == "semi_sync"
+    assert TorchRecStrategy(pipeline="sparse_dist").pipeline_kind("cpu") == "sparse_dist"
+    assert TorchRecStrategy(pipeline="auto").pipeline_kind("gpu") == "sparse_dist"
+    assert TorchRecStrategy(pipeline="auto").pipeline_kind("cpu") is None
+    assert TorchRecStrategy(pipeline="none").pipeline_kind("gpu") is None
+
+
+@pytest.mark.slow
 def test_semi_sync_lookups_are_one_step_stale_and_train(tmp_path):
     import torch
 
