@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 from torchrec.distributed.types import ModuleSharder, ShardingPlan
@@ -113,19 +114,25 @@ def plan_cost(
     pf = dict(pooling_factors or {})
     for module_plan in plan.plan.values():
         for name, ps in module_plan.items():  # type: ignore[union-attr]
-            spec = tables[name]
-            p = float(pf.get(name, 1.0))
-            if ps.sharding_spec is None:  # data parallel: every rank, its own samples
-                for r in range(world_size):
-                    lookup[r] += p * spec.dim * spec.element_bytes / world_size
-                    memory[r] += spec.rows * spec.dim * spec.element_bytes
-                continue
-            for shard in ps.sharding_spec.shards:
-                rows, cols = shard.shard_sizes
-                r = shard.placement.rank()
-                lookup[r] += p * (rows / spec.rows) * cols * spec.element_bytes
-                memory[r] += rows * cols * spec.element_bytes
+            _add_table(lookup, memory, ps, tables[name], float(pf.get(name, 1.0)))
     return PlanCost(tuple(RankCost(r, lookup[r], memory[r]) for r in range(world_size)))
+
+
+def _add_table(
+    lookup: list[float], memory: list[float], ps: Any, spec: TableSpec, pooling: float
+) -> None:
+    """Add one table's per-rank lookup bytes and memory (``ps``: its ParameterSharding)."""
+    world_size = len(lookup)
+    if ps.sharding_spec is None:  # data parallel: every rank, its own samples
+        for r in range(world_size):
+            lookup[r] += pooling * spec.dim * spec.element_bytes / world_size
+            memory[r] += spec.rows * spec.dim * spec.element_bytes
+        return
+    for shard in ps.sharding_spec.shards:
+        rows, cols = shard.shard_sizes
+        r = shard.placement.rank()
+        lookup[r] += pooling * (rows / spec.rows) * cols * spec.element_bytes
+        memory[r] += rows * cols * spec.element_bytes
 
 
 @dataclass(frozen=True)
@@ -155,6 +162,10 @@ def is_balanced(cost: PlanCost, tolerance: float = TOLERANCE) -> bool:
     )
 
 
+#: sharding kinds whose placement balanced_plan chooses; tables pinned to others keep the planner's
+_PLACED_HERE = ("table_wise", "row_wise", "column_wise")
+
+
 def _split_kind(sharders: Sequence[ModuleSharder], compute_device: str) -> str:
     """How a heavy table is spread over all ranks: row-wise where the sharders offer it (it
     splits memory and ids alike), else column-wise (TorchRec's FBGEMM sharder on CPU)."""
@@ -171,24 +182,24 @@ def _split_kind(sharders: Sequence[ModuleSharder], compute_device: str) -> str:
 
 
 def _assign(
-    names: Sequence[str],
+    whole: Sequence[str],
     split: set[str],
-    pinned_dp: set[str],
+    fixed: tuple[list[float], list[float]],
     cost: Mapping[str, float],
     mem: Mapping[str, float],
-    world_size: int,
 ) -> tuple[dict[str, int], list[float], list[float]]:
-    """Greedy: split tables add ``1/W`` of their cost to every rank; the rest, heaviest first,
-    go whole to the rank where the larger of its normalised lookup and memory load stays lowest."""
-    lookup = [0.0] * world_size
-    memory = [0.0] * world_size
-    for n in split | pinned_dp:
+    """Greedy: ``fixed`` per-rank loads first (tables kept as they are), split tables add
+    ``1/W`` of their cost to every rank; the ``whole`` ones, heaviest first, go to the rank
+    where the larger of its normalised lookup and memory load stays lowest."""
+    lookup, memory = list(fixed[0]), list(fixed[1])
+    world_size = len(lookup)
+    for n in split:
         for r in range(world_size):
             lookup[r] += cost[n] / world_size
-            memory[r] += mem[n] / world_size if n in split else mem[n]
-    whole = [n for n in names if n not in split and n not in pinned_dp]
-    mean_l = max(sum(cost[n] for n in names) / world_size, 1e-12)
-    mean_m = max(sum(mem[n] for n in names) / world_size, 1e-12)
+            memory[r] += mem[n] / world_size
+    names = [*whole, *split]
+    mean_l = max((sum(cost[n] for n in names) + sum(fixed[0])) / world_size, 1e-12)
+    mean_m = max((sum(mem[n] for n in names) + sum(fixed[1])) / world_size, 1e-12)
     ranks: dict[str, int] = {}
     for n in sorted(whole, key=lambda n: (-max(cost[n] / mean_l, mem[n] / mean_m), n)):
         best = min(
@@ -228,8 +239,9 @@ def balanced_plan(
     cost or of the memory is spread over all ranks (row-wise, or column-wise where the sharders
     offer no row-wise), one at a time, until the greedy placement of the remaining whole tables
     is balanced; small tables stay table-wise. ``pinned`` = the user's ``{table: sharding_type}``:
-    ``table_wise`` tables are never split, ``data_parallel`` stay replicated, other kinds are
-    used as given for that table. Compute kernels are kept from ``plan`` (the planner's).
+    ``table_wise`` tables are never split (their rank is chosen here), ``row_wise`` and
+    ``column_wise`` ones are split that way over all ranks, any other kind (``data_parallel``,
+    ``table_row_wise``, ...) keeps the planner's placement. Compute kernels are the planner's.
     Deterministic, so every rank computes the same plan without a collective.
     """
     from torchrec.distributed import sharding_plan as sp
@@ -237,43 +249,40 @@ def balanced_plan(
     pinned = dict(pinned or {})
     tables = table_specs(module)
     pf = dict(pooling_factors or {})
-    kernels = {
-        name: ps.compute_kernel
+    planned = {
+        name: ps
         for module_plan in plan.plan.values()
         for name, ps in module_plan.items()  # type: ignore[union-attr]
     }
-    names = sorted(kernels)
+    names = sorted(planned)
     cost = {n: pf.get(n, 1.0) * tables[n].dim * tables[n].element_bytes for n in names}
     mem = {n: float(tables[n].rows * tables[n].dim * tables[n].element_bytes) for n in names}
     split_kind = _split_kind(sharders, compute_device)
-    pinned_dp = {n for n in names if pinned.get(n) == "data_parallel"}
-    split = {n for n in names if pinned.get(n) not in (None, "table_wise", "data_parallel")}
+    kept = {n for n in names if pinned.get(n, "table_wise") not in _PLACED_HERE}
+    fixed = ([0.0] * world_size, [0.0] * world_size)
+    for n in kept:
+        _add_table(*fixed, planned[n], tables[n], float(pf.get(n, 1.0)))
+    split = {n for n in names if pinned.get(n) in ("row_wise", "column_wise")}
     candidates = sorted(
-        (n for n in names if n not in pinned and n not in split),
+        (n for n in names if n not in pinned),
         key=lambda n: (-max(cost[n] / sum(cost.values()), mem[n] / sum(mem.values())), n),
     )
     while True:
-        ranks, lookup, memory = _assign(names, split, pinned_dp, cost, mem, world_size)
+        whole = [n for n in names if n not in split and n not in kept]
+        ranks, lookup, memory = _assign(whole, split, fixed, cost, mem)
         if (_within(lookup, tolerance) and _within(memory, tolerance)) or not candidates:
             break
         split.add(candidates.pop(0))
 
     def generator(name: str):  # noqa: ANN202 - TorchRec's ParameterShardingGenerator
-        kernel = kernels[name]
-        if name in pinned_dp:
-            return sp.data_parallel()
+        ps, kernel = planned[name], planned[name].compute_kernel
+        if name in kept:
+            return lambda *_: ps
         if name in ranks:
             return sp.table_wise(rank=ranks[name], compute_kernel=kernel)
-        kind = pinned.get(name, split_kind)
-        if kind == "row_wise":
+        if pinned.get(name, split_kind) == "row_wise":
             return sp.row_wise(compute_kernel=kernel)
-        if kind == "column_wise":
-            return sp.column_wise(ranks=list(range(world_size)), compute_kernel=kernel)
-        if kind == "table_row_wise":
-            return sp.table_row_wise(host_index=0, compute_kernel=kernel)
-        if kind == "table_column_wise":
-            return sp.column_wise(ranks=list(range(local_world_size)), compute_kernel=kernel)
-        raise ValueError(f"per_table_sharding.{name}={kind}: no balanced placement for it")
+        return sp.column_wise(ranks=list(range(world_size)), compute_kernel=kernel)
 
     out: dict = {}
     for path, module_plan in plan.plan.items():
