@@ -448,8 +448,8 @@ class TorchRecStrategy(DDPStrategy):
         """
         from rocmtrain.strategies.planning import make_plan, sharding_constraints
 
-        if self._plan is not None:
-            self._balance_report = self._report(model, self._plan, world_size, mode="report")
+        if self._plan is not None:  # the caller's plan: reported, never replaced
+            self._balance_report = self._report(model, self._plan, world_size, mode=self._balance)
             return self._plan
         self.check_supported(compute_device)
         plan = make_plan(
