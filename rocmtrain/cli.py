@@ -340,14 +340,20 @@ def print_plan(cfg: Any, overrides: list[str]) -> None:
     plan = strategy.plan_for(
         model, world_size=ws, local_world_size=cfg.trainer.devices, compute_device=device
     )
-    pipelined = strategy.uses_pipeline(cfg.trainer.accelerator)
-    loop = "TorchRec TrainPipelineSparseDist" if pipelined else "plain Lightning loop"
+    kind = strategy.pipeline_kind(cfg.trainer.accelerator)
+    loop = {
+        "sparse_dist": "TorchRec TrainPipelineSparseDist",
+        "semi_sync": "TorchRec TrainPipelineSemiSync",
+    }.get(kind or "", "plain Lightning loop")
     out.append(f"  train loop      {loop} (strategy.pipeline={cfg.strategy.pipeline})")
     out.append(
         f"  sharding plan   TorchRec planner, sharding_type={cfg.strategy.sharding_type}, "
         f"topology {ws} x {device}"
     )
     out += [f"    {row}" for row in describe_plan(plan)]
+    if strategy.balance_report is not None:
+        out.append("  plan cost       lookup bytes per sample (pooling factor x dim) per rank")
+        out += [f"    {line}" for line in strategy.balance_report.lines()]
     out.append("  environment     set in every rank before init_process_group:")
     out += [f"    {line}" for line in _planned_env(cfg)]
     out.append("  launch")

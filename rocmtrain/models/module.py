@@ -188,7 +188,8 @@ class PipelinedDLRMModule(DLRMModule):
     pipeline calls the (Lightning-wrapped) dense optimizer itself and the embedding update stays
     fused in the backward. At the end of an epoch the batches still queued in the pipeline are
     trained before Lightning closes the epoch, so every batch is trained exactly once, in order.
-    Selected by ``strategy.pipeline=sparse_dist`` (``auto`` = on GPU).
+    Selected by ``strategy.pipeline=sparse_dist`` (``auto`` = on GPU); with
+    ``strategy.pipeline=semi_sync`` it is TorchRec's ``TrainPipelineSemiSync`` instead.
     """
 
     #: TorchRecStrategy calls training_step directly (not through the DMP/DDP wrapper): the
@@ -206,15 +207,9 @@ class PipelinedDLRMModule(DLRMModule):
         return loss, (loss.detach(), logits.detach(), batch.labels)
 
     def _new_pipeline(self) -> Any:
-        from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
-
-        strategy = self.trainer.strategy
-        return TrainPipelineSparseDist(
-            strategy.dmp,
-            self.optimizers(),
-            strategy.root_device,
-            execute_all_batches=True,
-            custom_model_fwd=self._pipeline_fwd,
+        # TrainPipelineSparseDist, or TrainPipelineSemiSync for strategy.pipeline=semi_sync
+        return self.trainer.strategy.make_train_pipeline(
+            self.optimizers(), execute_all_batches=True, custom_model_fwd=self._pipeline_fwd
         )
 
     def training_step(self, dataloader_iter: Any) -> None:  # type: ignore[override]

@@ -66,7 +66,7 @@ from rocmtrain import platform
 from rocmtrain.config import ConfigError, check_choice
 from rocmtrain.config.convert import as_config
 from rocmtrain.config.rccl import RcclConfig
-from rocmtrain.config.strategy import PIPELINES, SHARDING_TYPES
+from rocmtrain.config.strategy import BALANCE_MODES, PIPELINES, SHARDING_TYPES
 from rocmtrain.config.watchdog import WatchdogConfig
 
 if TYPE_CHECKING:  # torchrec is imported when a model is set up, not on `import rocmtrain`
@@ -74,6 +74,7 @@ if TYPE_CHECKING:  # torchrec is imported when a model is set up, not on `import
     from torchrec.distributed.types import ShardingPlan
 
     from rocmtrain.config.schema import RunConfig
+    from rocmtrain.strategies.balance import BalanceReport
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +108,13 @@ class TorchRecStrategy(DDPStrategy):
         per_table_sharding: ``{table_name: sharding_type}`` overrides.
         kernel: embedding kernels: ``fbgemm`` (TorchRec/FBGEMM TBE), ``triton`` or ``torch``
             (rocmtrain's TBE, ``EmbeddingComputeKernel.CUSTOMIZED_KERNEL``).
-        pipeline: ``auto`` | ``sparse_dist`` | ``none``: whether the input all-to-all overlaps
-            compute (see :attr:`uses_pipeline`).
+        pipeline: ``auto`` | ``sparse_dist`` | ``semi_sync`` | ``none``: whether the input
+            all-to-all overlaps compute (see :attr:`uses_pipeline`); ``semi_sync`` also overlaps
+            the embedding lookup of the next batch with this batch's backward (one step stale).
+        semi_sync_start_batch: with ``pipeline="semi_sync"``, synchronous batches first.
+        balance: ``off`` | ``report`` | ``auto``: per-rank lookup cost and memory of the plan
+            (:attr:`balance_report`); ``auto`` replaces a plan more than 10 % off the mean by a
+            balanced one (:func:`rocmtrain.strategies.balance.balanced_plan`).
         rccl: collective environment and process-group timeouts: an ``RcclConfig``, a mapping of
             its fields, or a preset name of ``configs/rccl/`` (``None`` = defaults: no collective
             knob set, the environment still checked).
@@ -136,6 +142,8 @@ class TorchRecStrategy(DDPStrategy):
         per_table_sharding: Mapping[str, str] | None = None,
         kernel: str = "fbgemm",
         pipeline: str = "auto",
+        semi_sync_start_batch: int = 0,
+        balance: str = "report",
         rccl: RcclConfig | Mapping[str, Any] | str | None = None,
         watchdog: WatchdogConfig | Mapping[str, Any] | None = WatchdogConfig(),  # noqa: B008
         run_dir: str | os.PathLike[str] | None = None,
@@ -159,6 +167,11 @@ class TorchRecStrategy(DDPStrategy):
             check_choice(f"per_table_sharding.{table}", kind, SHARDING_TYPES[1:])
         check_choice("kernel", kernel, KERNELS)
         check_choice("pipeline", pipeline, PIPELINES)
+        check_choice("balance", balance, BALANCE_MODES)
+        if semi_sync_start_batch < 0:
+            raise ConfigError(
+                "semi_sync_start_batch", semi_sync_start_batch, "use 0 or a positive batch count"
+            )
         if planner_batch_size is not None and planner_batch_size < 1:
             raise ConfigError("planner_batch_size", planner_batch_size, "use a positive batch")
         self._rccl_cfg = as_config(rccl, RcclConfig, field="rccl", group="rccl")
@@ -183,6 +196,9 @@ class TorchRecStrategy(DDPStrategy):
         self._per_table_sharding = dict(per_table_sharding or {})
         self._kernel = kernel
         self._pipeline = pipeline
+        self._semi_sync_start_batch = semi_sync_start_batch
+        self._balance = balance
+        self._balance_report: BalanceReport | None = None
         self._fused_params = fused_params
         self._plan = plan
         self._pooling_factors = dict(pooling_factors) if pooling_factors else None
@@ -206,6 +222,8 @@ class TorchRecStrategy(DDPStrategy):
             per_table_sharding=dict(s.per_table_sharding),
             kernel=cfg.kernel,
             pipeline=s.pipeline,
+            semi_sync_start_batch=s.semi_sync_start_batch,
+            balance=s.balance,
             rccl=cfg.rccl,
             watchdog=cfg.watchdog,
             run_dir=cfg.run_dir,
@@ -229,11 +247,24 @@ class TorchRecStrategy(DDPStrategy):
     def kernel(self) -> str:
         return self._kernel
 
+    @property
+    def pipeline(self) -> str:
+        """The ``pipeline`` argument as given (``auto`` unresolved; see :meth:`uses_pipeline`)."""
+        return self._pipeline
+
     def uses_pipeline(self, accelerator: str) -> bool:
-        """``pipeline`` resolved: ``sparse_dist``, ``none``, or ``auto`` = on a GPU run."""
+        """``pipeline`` resolved: ``sparse_dist`` / ``semi_sync`` (pipelined), ``none``, or
+        ``auto`` = on a GPU run."""
         if self._pipeline == "auto":
             return platform.is_gpu_run(accelerator)
-        return self._pipeline == "sparse_dist"
+        return self._pipeline in ("sparse_dist", "semi_sync")
+
+    def pipeline_kind(self, accelerator: str) -> str | None:
+        """The TorchRec train pipeline a pipelined module builds: ``sparse_dist``,
+        ``semi_sync``, or ``None`` (plain Lightning loop)."""
+        if not self.uses_pipeline(accelerator):
+            return None
+        return "semi_sync" if self._pipeline == "semi_sync" else "sparse_dist"
 
     # -- environment -----------------------------------------------------------------------------
     @override
@@ -369,12 +400,12 @@ class TorchRecStrategy(DDPStrategy):
     @override
     def setup(self, trainer: pl.Trainer) -> None:
         assert self.accelerator is not None and self.model is not None
-        if self._pipeline == "sparse_dist" and not getattr(
+        if self._pipeline in ("sparse_dist", "semi_sync") and not getattr(
             self.lightning_module, "calls_model_itself", False
         ):
             raise ConfigError(
                 "pipeline",
-                "sparse_dist",
+                self._pipeline,
                 "the TorchRec train pipeline needs a LightningModule that drives "
                 "strategy.make_train_pipeline() itself (calls_model_itself = True, e.g. "
                 "rocmtrain.models.module.PipelinedDLRMModule); use pipeline='auto' or 'none'",
@@ -409,13 +440,19 @@ class TorchRecStrategy(DDPStrategy):
         pg: dist.ProcessGroup | None = None,
     ) -> ShardingPlan:
         """The sharding plan of ``model`` (the dry run prints this same plan). Without ``pg`` the
-        planner runs on a fake topology of ``world_size`` ``compute_device`` devices."""
+        planner runs on a fake topology of ``world_size`` ``compute_device`` devices.
+
+        With ``balance`` ``report`` or ``auto`` the plan's per-rank cost is in
+        :attr:`balance_report`; ``auto`` returns the balanced plan when the planner's is more
+        than 10 % off the mean (computed identically on every rank: no collective).
+        """
         from rocmtrain.strategies.planning import make_plan, sharding_constraints
 
-        if self._plan is not None:
+        if self._plan is not None:  # the caller's plan: reported, never replaced
+            self._balance_report = self._report(model, self._plan, world_size, mode=self._balance)
             return self._plan
         self.check_supported(compute_device)
-        return make_plan(
+        plan = make_plan(
             model,
             sharders=self._sharders(),
             world_size=world_size,
@@ -432,6 +469,81 @@ class TorchRecStrategy(DDPStrategy):
             ddr_cap_gb=self._ddr_cap_gb,
             pg=pg,
         )
+        self._balance_report = self._report(model, plan, world_size, mode=self._balance)
+        if self._balance != "auto" or self._balance_report is None:
+            return plan
+        return self._rebalance(model, plan, world_size, local_world_size, compute_device)
+
+    @property
+    def balance_report(self) -> BalanceReport | None:
+        """Per-rank lookup cost and memory of the last :meth:`plan_for` (``None`` with
+        ``balance="off"``)."""
+        return self._balance_report
+
+    def _report(
+        self, model: nn.Module, plan: ShardingPlan, world_size: int, *, mode: str
+    ) -> BalanceReport | None:
+        from rocmtrain.strategies.balance import BalanceReport, plan_cost, table_specs
+
+        if self._balance == "off":
+            return None
+        cost = plan_cost(plan, table_specs(model), self._pooling_factors, world_size)
+        return BalanceReport(mode=mode, planner=cost)
+
+    def _rebalance(
+        self,
+        model: nn.Module,
+        plan: ShardingPlan,
+        world_size: int,
+        local_world_size: int,
+        compute_device: str,
+    ) -> ShardingPlan:
+        import dataclasses
+
+        from rocmtrain.strategies.balance import (
+            balanced_plan,
+            is_balanced,
+            plan_cost,
+            table_specs,
+        )
+
+        report = self._balance_report
+        assert report is not None
+        if is_balanced(report.planner):
+            self._balance_report = dataclasses.replace(
+                report, note="within 10 % of the mean: the planner's plan is kept"
+            )
+            return plan
+        pinned = {
+            name: self._per_table_sharding.get(name, self._sharding_type)
+            for name in table_specs(model)
+        }
+        pinned = {name: kind for name, kind in pinned.items() if kind != "auto"}
+        balanced = balanced_plan(
+            model,
+            plan,
+            sharders=self._sharders(),
+            world_size=world_size,
+            local_world_size=local_world_size,
+            compute_device=compute_device,
+            pooling_factors=self._pooling_factors,
+            pinned=pinned,
+        )
+        cost = plan_cost(balanced, table_specs(model), self._pooling_factors, world_size)
+        # The planner's plan fits (its fullest rank <= 85 % of a device, 15 % reserved); a plan
+        # whose fullest rank holds no more than that, or no more than 10 % over an even split
+        # (<= 1.1 x the planner's fullest), fits too. Beyond that (user-pinned tables): keep it.
+        most = max(r.memory_bytes for r in cost.ranks)
+        even = sum(r.memory_bytes for r in cost.ranks) / len(cost.ranks)
+        if most > max(max(r.memory_bytes for r in report.planner.ranks), 1.1 * even):
+            self._balance_report = dataclasses.replace(
+                report,
+                note="the balanced plan needs more memory on its fullest rank than the "
+                "planner's plan and 10 % over an even split: the planner's plan is kept",
+            )
+            return plan
+        self._balance_report = dataclasses.replace(report, balanced=cost)
+        return balanced
 
     def _sharders(self) -> list[Any]:
         from rocmtrain.strategies.planning import build_sharders
@@ -497,6 +609,10 @@ class TorchRecStrategy(DDPStrategy):
         )
         if self.global_rank == 0:
             log.info("sharding plan:\n%s", "\n".join(map(str, describe_plan(plan))))
+            if self._balance_report is not None:
+                log.info(
+                    "sharding plan cost per rank:\n%s", "\n".join(self._balance_report.lines())
+                )
         self._plan = plan
         self._dmp = DistributedModelParallel(
             model,
@@ -534,16 +650,30 @@ class TorchRecStrategy(DDPStrategy):
         """The plan in use (after ``setup``)."""
         return self._plan
 
-    def make_train_pipeline(self, optimizer: torch.optim.Optimizer) -> Any:
-        """TorchRec ``TrainPipelineSparseDist`` over the sharded model (input-dist overlap).
+    def make_train_pipeline(
+        self, optimizer: torch.optim.Optimizer, *, kind: str | None = None, **kwargs: Any
+    ) -> Any:
+        """TorchRec train pipeline over the sharded model: ``TrainPipelineSparseDist``
+        (input-dist overlap) or, for ``kind="semi_sync"``, ``TrainPipelineSemiSync`` (also the
+        embedding lookup of batch i+1 before batch i's backward: one step stale embeddings,
+        after ``semi_sync_start_batch`` synchronous batches).
 
-        For a LightningModule with ``automatic_optimization = False`` whose
-        ``training_step(self, dataloader_iter)`` calls ``pipeline.progress(dataloader_iter)``;
-        the module's ``forward(batch)`` must return ``(loss, outputs)``.
+        ``kind`` defaults to this strategy's ``pipeline`` (``sparse_dist`` unless it is
+        ``semi_sync``); ``kwargs`` go to the pipeline (``execute_all_batches``,
+        ``custom_model_fwd`` ...). For a LightningModule with ``automatic_optimization = False``
+        whose ``training_step(self, dataloader_iter)`` calls ``pipeline.progress(...)``; without
+        ``custom_model_fwd`` the module's ``forward(batch)`` must return ``(loss, outputs)``.
         """
+        kind = kind or ("semi_sync" if self._pipeline == "semi_sync" else "sparse_dist")
+        check_choice("kind", kind, ("sparse_dist", "semi_sync"))
+        if kind == "semi_sync":
+            from rocmtrain.strategies.pipelines import semi_sync_pipeline
+
+            kwargs.setdefault("start_batch", self._semi_sync_start_batch)
+            return semi_sync_pipeline(self.dmp, optimizer, self.root_device, **kwargs)
         from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
-        return TrainPipelineSparseDist(self.dmp, optimizer, self.root_device)
+        return TrainPipelineSparseDist(self.dmp, optimizer, self.root_device, **kwargs)
 
     # -- checkpoints -----------------------------------------------------------------------------
     @property
