@@ -277,7 +277,8 @@ class TorchRecStrategy(DDPStrategy):
         env = self.cluster_environment
         assert env is not None
         host, port = env.main_address, env.main_port
-        check_master(host, port, is_store_host=self._hosts_store())
+        if not dist.is_initialized():  # a second fit in this process reuses its process group
+            check_master(host, port, is_store_host=self._hosts_store())
         self._bind_local_rank()
         self._apply_rccl_env()
         with explain_rendezvous(
