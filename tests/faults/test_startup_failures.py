@@ -88,7 +88,7 @@ def test_unresolvable_master_addr_fails_fast_naming_the_host(tmp_path):
     assert code == 2, out[-3000:]
     assert "MASTER_ADDR='no-such-host.invalid' does not resolve" in out, out[-3000:]
     assert "Traceback" not in out
-    assert took < 240 and not _left_behind(proc)
+    assert took < 90 and not _left_behind(proc)  # named within 90 s, nothing left running
 
 
 def test_busy_master_port_is_named_and_no_rank_is_orphaned(tmp_path):
