@@ -342,7 +342,7 @@ def print_plan(cfg: Any, overrides: list[str]) -> None:
     )
     kind = strategy.pipeline_kind(cfg.trainer.accelerator)
     loop = {
-        "sparse_dist": "TorchRec TrainPipelineSparseDist",
+        "sparse_dist": "rocmtrain input pipeline (TorchRec's sparse-dist schedule)",
         "semi_sync": "TorchRec TrainPipelineSemiSync",
     }.get(kind or "", "plain Lightning loop")
     out.append(f"  train loop      {loop} (strategy.pipeline={cfg.strategy.pipeline})")

@@ -131,11 +131,12 @@ def _launching_rank() -> bool:
 
 
 def build_module(cfg: RunConfig, strategy: TorchRecStrategy) -> pl.LightningModule:
-    """``DLRMModule``, or ``PipelinedDLRMModule`` when the strategy's train pipeline is on."""
+    """``DLRMModule`` (the strategy pipelines its input itself), or ``PipelinedDLRMModule`` for
+    ``strategy.pipeline=semi_sync`` (TorchRec's TrainPipelineSemiSync owns the data iterator)."""
     from rocmtrain.models.module import DLRMModule, PipelinedDLRMModule
 
-    cls = PipelinedDLRMModule if strategy.uses_pipeline(cfg.trainer.accelerator) else DLRMModule
-    return cls(cfg.model)
+    semi_sync = strategy.pipeline_kind(cfg.trainer.accelerator) == "semi_sync"
+    return (PipelinedDLRMModule if semi_sync else DLRMModule)(cfg.model)
 
 
 def build_trainer(

@@ -180,7 +180,12 @@ def format_epoch(row: dict[str, float], max_epochs: int | None = None) -> str:
 
 
 class PipelinedDLRMModule(DLRMModule):
-    """``DLRMModule`` trained through TorchRec's ``TrainPipelineSparseDist``.
+    """``DLRMModule`` trained through one of TorchRec's own train pipeline classes.
+
+    Not needed for input pipelining: the strategy pipelines ``DLRMModule`` (and any ordinary
+    module) itself with ``strategy.pipeline=sparse_dist|auto``. This module is for
+    ``strategy.pipeline=semi_sync`` (TorchRec's ``TrainPipelineSemiSync``), which owns the data
+    iterator, and for comparing against TorchRec's ``TrainPipelineSparseDist``.
 
     The pipeline starts the input all-to-all of batch i+1 (and the host-to-device copy of batch
     i+2, on GPU streams) while batch i computes. It owns the data iterator, so this module uses
@@ -188,8 +193,8 @@ class PipelinedDLRMModule(DLRMModule):
     pipeline calls the (Lightning-wrapped) dense optimizer itself and the embedding update stays
     fused in the backward. At the end of an epoch the batches still queued in the pipeline are
     trained before Lightning closes the epoch, so every batch is trained exactly once, in order.
-    Selected by ``strategy.pipeline=sparse_dist`` (``auto`` = on GPU); with
-    ``strategy.pipeline=semi_sync`` it is TorchRec's ``TrainPipelineSemiSync`` instead.
+    The CLI selects it for ``strategy.pipeline=semi_sync``; with ``sparse_dist`` it drives
+    ``TrainPipelineSparseDist``.
     """
 
     #: TorchRecStrategy calls training_step directly (not through the DMP/DDP wrapper): the

@@ -34,10 +34,13 @@ What it does, in Lightning's hook order:
    ``torch.distributed.checkpoint`` into an atomic folder (``rocmtrain.checkpoint``).
 4. ``teardown``: the environment variables it set are restored.
 
-Input-dist/compute overlap: TorchRec's ``TrainPipelineSparseDist`` must own the data iterator, so a
-module that wants it drives :meth:`make_train_pipeline` itself (``calls_model_itself = True``, e.g.
-``rocmtrain.models.module.PipelinedDLRMModule``); ``pipeline`` says whether the CLI builds that
-module (``auto`` = on GPU).
+Input pipelining (``pipeline="sparse_dist"``, or ``auto`` on a GPU): batch i+1 is copied to the
+device and its sparse input all-to-all runs on side streams while batch i computes, for any
+LightningModule with a plain ``training_step(self, batch, batch_idx)`` — nothing to change in the
+module (:mod:`rocmtrain.strategies.input_pipeline`). ``pipeline="semi_sync"`` (one step stale
+embeddings) is TorchRec's own ``TrainPipelineSemiSync``, which owns the data iterator: a module
+drives it through :meth:`make_train_pipeline` (``calls_model_itself = True``, e.g.
+``rocmtrain.models.module.PipelinedDLRMModule``).
 """
 
 from __future__ import annotations
@@ -108,9 +111,11 @@ class TorchRecStrategy(DDPStrategy):
         per_table_sharding: ``{table_name: sharding_type}`` overrides.
         kernel: embedding kernels: ``fbgemm`` (TorchRec/FBGEMM TBE), ``triton`` or ``torch``
             (rocmtrain's TBE, ``EmbeddingComputeKernel.CUSTOMIZED_KERNEL``).
-        pipeline: ``auto`` | ``sparse_dist`` | ``semi_sync`` | ``none``: whether the input
-            all-to-all overlaps compute (see :attr:`uses_pipeline`); ``semi_sync`` also overlaps
-            the embedding lookup of the next batch with this batch's backward (one step stale).
+        pipeline: ``auto`` | ``sparse_dist`` | ``semi_sync`` | ``none``: whether the next batch's
+            copy and input all-to-all overlap compute (``auto`` = on GPU; see
+            :attr:`uses_pipeline`); ``semi_sync`` also overlaps the embedding lookup of the next
+            batch with this batch's backward (one step stale; needs a module that drives
+            :meth:`make_train_pipeline`).
         semi_sync_start_batch: with ``pipeline="semi_sync"``, synchronous batches first.
         balance: ``off`` | ``report`` | ``auto``: per-rank lookup cost and memory of the plan
             (:attr:`balance_report`); ``auto`` replaces a plan more than 10 % off the mean by a
@@ -196,6 +201,7 @@ class TorchRecStrategy(DDPStrategy):
         self._per_table_sharding = dict(per_table_sharding or {})
         self._kernel = kernel
         self._pipeline = pipeline
+        self._input_pipeline: Any = None
         self._semi_sync_start_batch = semi_sync_start_batch
         self._balance = balance
         self._balance_report: BalanceReport | None = None
@@ -376,6 +382,8 @@ class TorchRecStrategy(DDPStrategy):
     @override
     def teardown(self) -> None:
         self._restore_env()
+        if self._input_pipeline is not None:
+            self._input_pipeline.detach()  # the modules get their own forward back
         module = self.lightning_module
         if self.model is not module and module is not None:
             self.model = module
@@ -401,21 +409,26 @@ class TorchRecStrategy(DDPStrategy):
     @override
     def setup(self, trainer: pl.Trainer) -> None:
         assert self.accelerator is not None and self.model is not None
-        if self._pipeline in ("sparse_dist", "semi_sync") and not getattr(
-            self.lightning_module, "calls_model_itself", False
-        ):
+        drives_pipeline = getattr(self.lightning_module, "calls_model_itself", False)
+        kind = self.pipeline_kind("gpu" if self.root_device.type == "cuda" else "cpu")
+        if kind == "semi_sync" and not drives_pipeline:
             raise ConfigError(
                 "pipeline",
                 self._pipeline,
-                "the TorchRec train pipeline needs a LightningModule that drives "
-                "strategy.make_train_pipeline() itself (calls_model_itself = True, e.g. "
-                "rocmtrain.models.module.PipelinedDLRMModule); use pipeline='auto' or 'none'",
+                "TorchRec's TrainPipelineSemiSync owns the data iterator: it needs a "
+                "LightningModule that drives strategy.make_train_pipeline() itself "
+                "(calls_model_itself = True, e.g. rocmtrain.models.module.PipelinedDLRMModule); "
+                "use pipeline='sparse_dist' (any training_step) or 'none'",
             )
         self.accelerator.setup(trainer)
         self.precision_plugin.convert_module(self.model)
         self.model_to_device()
         # Shard for every stage (not only fitting): the tables exist only as shards.
         self.model = self._setup_model(self.model)
+        if kind == "sparse_dist" and not drives_pipeline:
+            from rocmtrain.strategies.input_pipeline import InputPipeline
+
+            self._input_pipeline = InputPipeline(self._dmp, self.root_device)
         fitting = trainer.state.fn == TrainerFn.FITTING
         if fitting:
             self.setup_optimizers(trainer)
@@ -628,11 +641,37 @@ class TorchRecStrategy(DDPStrategy):
     @override
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         module = self.lightning_module
-        if getattr(module, "calls_model_itself", False):  # e.g. a TrainPipelineSparseDist step
+        if getattr(module, "calls_model_itself", False):  # e.g. a TrainPipelineSemiSync step
             assert module is not None
             with self.precision_plugin.train_step_context():
                 return module.training_step(*args, **kwargs)
-        return super().training_step(*args, **kwargs)
+        pipe = self._input_pipeline
+        if pipe is None:
+            return super().training_step(*args, **kwargs)
+        pipe.before_step()
+        try:
+            return super().training_step(*args, **kwargs)
+        finally:
+            pipe.after_step()
+
+    @override
+    def backward(self, closure_loss: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if self._input_pipeline is not None:
+            self._input_pipeline.before_backward()  # the next batch's all-to-all under this one
+        return super().backward(closure_loss, *args, **kwargs)
+
+    @override
+    def process_dataloader(self, dataloader: object) -> object:
+        trainer = self._trainer()
+        if self._input_pipeline is not None and trainer is not None and trainer.training:
+            return self._input_pipeline.wrap(dataloader)  # type: ignore[arg-type]
+        return dataloader
+
+    @property
+    def input_pipeline(self) -> Any:
+        """The :class:`~rocmtrain.strategies.input_pipeline.InputPipeline` (after ``setup``), or
+        ``None`` (``pipeline`` off, or a module that drives TorchRec's pipeline itself)."""
+        return self._input_pipeline
 
     @override
     def configure_ddp(self) -> None:  # DMP wraps the dense part in DDP itself

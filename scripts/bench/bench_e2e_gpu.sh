@@ -11,7 +11,8 @@
 #   scripts/bench/bench_e2e_gpu.sh --cpu-smoke     # tiny tables, gloo, CPU ranks: tests the logic
 #
 # Options: --out DIR (default $OUT or ./e2e_out; results go to DIR/e2e/), --budget-s S (default 540:
-# stages that would not fit are skipped and listed), --only a,b (stage names).
+# stages that would not fit are skipped and listed), --only a,b (stage names or globs: the swap-in
+# suite alone is --only 'anchor_1gpu_bf16,anchor_1gpu_bf16_r?,anchor_1gpu_bf16_compiled_r[456],swapin_*').
 # Every stage runs under `timeout`; after each stage DIR/e2e/{summary.md,results.json,
 # convergence.png} are rewritten, so a partial run still reports. DIR/e2e/logs.tar.gz holds every
 # stage's log and the small files of every run dir (throughput.json, monitor/step_stats.json,
@@ -89,11 +90,21 @@ summarise() {
     --env "$E2E/env.txt" >> "$LOGS/summary.log" 2>&1 || log "summariser failed (see logs/summary.log)"
 }
 
+selected() {  # selected NAME: NAME matches one of the comma-separated --only patterns (globs)
+  local pat
+  IFS=, read -ra pats <<< "$ONLY"
+  for pat in "${pats[@]}"; do
+    # shellcheck disable=SC2053  # the pattern is a glob on purpose
+    [[ $1 == $pat ]] && return 0
+  done
+  return 1
+}
+
 # run_stage NAME KIND GPUS TIMEOUT CMD...   KIND=anchor (result json = $WORK/NAME.json) |
 # rocmtrain | swapin (result json = $WORK/runs/NAME/throughput.json)
 run_stage() {
   local name=$1 kind=$2 gpus=$3 tmo=$4; shift 4
-  if [ -n "$ONLY" ] && [[ ",$ONLY," != *",$name,"* ]]; then return 0; fi
+  if [ -n "$ONLY" ] && ! selected "$name"; then return 0; fi
   local left=$(( BUDGET - ($(date +%s) - T_START) - 10 ))
   if [ "$gpus" -gt "$NGPU" ]; then
     log "skip $name: needs $gpus GPUs, have $NGPU"
@@ -203,7 +214,6 @@ RT_FIT=(kernel=fbgemm "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}")
 # throughput stages skip validation (its graphs would be compiled too, for nothing)
 RT=("${RT_FIT[@]}" trainer.limit_val_batches=0)
 A1=(--bf16 "${ANCHOR_SMALL[@]}")
-anchor anchor_1gpu_bf16 1 "${A1[@]}"
 anchor anchor_1gpu_bf16_compiled 1 "${A1[@]}" --compile \
   --profile-dir "$WORK/runs/anchor_1gpu_bf16_compiled/profile"
 rocm rt_1gpu_fbgemm_bf16 1 "${RT[@]}" "${PROF[@]}" "${SYNCS[@]}"
@@ -214,8 +224,17 @@ anchor anchor_1gpu_bf16_compiled_r3 1 "${A1[@]}" --compile
 rocm rt_1gpu_fbgemm_bf16_r3 1 "${RT[@]}"
 anchor anchor_1gpu_bf16_compiled_fresh 1 "${A1[@]}" --compile "${ANCHOR_FRESH[@]}"
 rocm rt_1gpu_fbgemm_bf16_fresh 1 "${RT_FIT[@]}" "${FRESH[@]}"
-swapin swapin_1gpu_bf16 1
-swapin swapin_1gpu_bf16_compiled 1 --compile
+rocm rt_1gpu_fbgemm_bf16_nores_fresh 1 "${RT_FIT[@]}" "${FRESH[@]}" model.dcn_autocast_residual=false
+# the swap-in suite (run it on its own: --only swapin): each stage pair, user module vs plain
+# TorchRec with the same compile setting, three times interleaved (the compiled anchor's repeats
+# 4-6 are its own, so this suite needs no other stage)
+for rep in 1 2 3; do
+  sfx=$([ "$rep" = 1 ] || echo "_r$rep")
+  anchor "anchor_1gpu_bf16$sfx" 1 "${A1[@]}"
+  swapin "swapin_1gpu_bf16$sfx" 1
+  anchor "anchor_1gpu_bf16_compiled_r$((rep + 3))" 1 "${A1[@]}" --compile
+  swapin "swapin_1gpu_bf16_compiled$sfx" 1 --compile
+done
 rocm rt_1gpu_fbgemm_bf16_densec 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.compile_dense=true
 rocm rt_1gpu_fbgemm_bf16_bf16res 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.dcn_autocast_residual=true
 rocm rt_1gpu_fbgemm_bf16_embbf16 1 "${RT[@]}" "${LEVERS_OFF[@]}" "model.embedding_output_dtype=$EMB_LOW"

@@ -298,13 +298,15 @@ def targets(rows: list[dict[str, Any]]) -> list[str]:
                 f"{'MET' if pr <= pa else 'missed'} (target <= the anchor's)"
             )
     conv = convergence(rows)
-    if conv["anchor"] and conv["rocmtrain"]:
-        a, b = conv["anchor"]["val_auc"], conv["rocmtrain"]["val_auc"]
+    for key, run in conv.items():
+        if key == "anchor" or not conv["anchor"] or not run:
+            continue
+        a, b = conv["anchor"]["val_auc"], run["val_auc"]
         if a and b:
             gap = b[-1] - a[-1]
             lines.append(
-                f"- convergence: final val AUC rocmtrain {b[-1]:.4f} vs tuned anchor {a[-1]:.4f} "
-                f"(gap {gap:+.4f}; target within {TARGET_AUC_GAP}): "
+                f"- convergence ({run['name']}): final val AUC {b[-1]:.4f} vs tuned anchor "
+                f"{a[-1]:.4f} (gap {gap:+.4f}; target within {TARGET_AUC_GAP}): "
                 f"{'MET' if gap >= -TARGET_AUC_GAP else 'missed'}"
             )
     for name, anchor in (
@@ -321,11 +323,16 @@ def targets(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def convergence(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
-    """The convergence runs: the anchor's (``anchor_*_fresh``) and rocmtrain's (``rt_*_fresh``)."""
+    """The convergence runs: the anchor's (``anchor_*_fresh``), rocmtrain's recipe
+    (``rt_*_fresh``) and any rocmtrain variant (``rt_*_<variant>_fresh``, keyed by its name)."""
     found: dict[str, dict[str, Any] | None] = {"anchor": None, "rocmtrain": None}
     for r in rows:
-        if "fresh" in r["variant"] and r["kind"] in found and r["gpus"] == 1:
-            found[r["kind"]] = r
+        if "fresh" not in r["variant"] or r["gpus"] != 1:
+            continue
+        if r["kind"] == "anchor":
+            found["anchor"] = r
+        elif r["kind"] == "rocmtrain":
+            found["rocmtrain" if r["variant"] == "fresh" else r["name"]] = r
     return found
 
 

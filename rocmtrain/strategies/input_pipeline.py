@@ -1,0 +1,362 @@
+"""Input pipelining for any LightningModule: batch i+1's copy and input all-to-all overlap batch i.
+
+What TorchRec's ``TrainPipelineSparseDist`` does, rearranged around Lightning's own loop so a
+module with automatic optimization and a plain ``training_step(self, batch, batch_idx)`` gets it
+without owning the data iterator::
+
+    Lightning fetches batch k      -> stage(k): copy to the device on a side stream
+    strategy.training_step(k)      -> before_step: batch k's input dist is complete (its splits and
+                                      tensors all-to-all were issued in step k-1); start batch
+                                      k+1's input dist (the splits all-to-all) on a side stream
+    module forward(k)              -> each sharded module takes its already-distributed input
+    strategy.backward(k)           -> before_backward: batch k+1's tensors all-to-all
+    training_step returns          -> after_step
+
+TorchRec finds which part of the batch feeds which sharded module by FX-tracing the model's
+``forward(batch)``; a user's ``training_step`` may call anything, so this pipeline learns it from
+the first step instead: the KeyedJaggedTensor each sharded module receives is located in the batch
+(by its values' storage) and that path is used for every later batch. A module whose input is not
+a KeyedJaggedTensor taken unchanged from the batch (split, permuted, built in the step) keeps its
+own synchronous input dist, and a warning says so. Every rank runs the same code, so every rank
+issues the same collectives in the same order.
+
+The math is untouched (the input dist only moves ids): pipelined and plain runs give bitwise the
+same losses. Batches reach ``on_before_batch_transfer`` already on the device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+_MAX_DEPTH = 4
+_NOT_FOUND = ()  # a learned path of length 0 means "not pipelined"
+
+
+@dataclasses.dataclass
+class _Dist:
+    """One sharded module's input dist of one batch, in flight."""
+
+    features: Any  # the KeyedJaggedTensor handed to input_dist
+    ctx: Any
+    splits: Any = None  # Awaitable[Awaitable[...]]: after the splits all-to-all was issued
+    tensors: Any = None  # Awaitable[...]: after the tensors all-to-all was issued
+
+
+@dataclasses.dataclass
+class _Staged:
+    batch: Any
+    dists: dict[str, _Dist] = dataclasses.field(default_factory=dict)
+
+
+def top_level_sharded_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``(name, module)`` of every TorchRec ``ShardedModule`` not nested in another one; names
+    are relative to the user's module (inside DMP and DDP)."""
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.types import ShardedModule
+
+    if isinstance(model, DistributedModelParallel):
+        model = model.module  # unwrapped of DDP
+
+    found: list[tuple[str, nn.Module]] = []
+
+    def walk(prefix: str, module: nn.Module) -> None:
+        for name, child in module.named_children():
+            path = f"{prefix}{name}"
+            if isinstance(child, ShardedModule):
+                found.append((path, child))
+            else:
+                walk(path + ".", child)
+
+    walk("", model)
+    return found
+
+
+def _values_ptr(kjt: Any) -> int:
+    values = kjt.values()
+    return values.data_ptr() if values.numel() else -1
+
+
+def _same_kjt(a: Any, b: Any) -> bool:
+    """The same ids (a device copy re-wrapped by ``Batch.to`` keeps the value tensors)."""
+    if a is b:
+        return True
+    return (
+        _values_ptr(a) == _values_ptr(b)
+        and a.values().numel() == b.values().numel()
+        and a.keys() == b.keys()
+    )
+
+
+def _children(obj: Any) -> Iterator[tuple[Any, Any]]:
+    if isinstance(obj, dict):
+        yield from obj.items()
+    elif isinstance(obj, (list, tuple)):
+        yield from enumerate(obj)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield f.name, getattr(obj, f.name)
+
+
+def find_kjt(batch: Any, target: Any, depth: int = 0) -> tuple[Any, ...] | None:
+    """Path (keys, indices, field names) to ``target``'s KeyedJaggedTensor inside ``batch``."""
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    if isinstance(batch, KeyedJaggedTensor):
+        return () if _same_kjt(batch, target) else None
+    if depth >= _MAX_DEPTH:
+        return None
+    for key, child in _children(batch):
+        sub = find_kjt(child, target, depth + 1)
+        if sub is not None:
+            return (key, *sub)
+    return None
+
+
+def follow(batch: Any, path: tuple[Any, ...]) -> Any:
+    for key in path:
+        batch = batch[key] if isinstance(batch, (dict, list, tuple)) else getattr(batch, key)
+    return batch
+
+
+def _on(stream: torch.Stream | None) -> contextlib.AbstractContextManager:
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+
+def _record(obj: Any, stream: torch.Stream | None) -> None:
+    """Tell the caching allocator ``obj`` (made on a side stream) is used on ``stream``."""
+    if stream is None:
+        return
+    if isinstance(obj, torch.Tensor):
+        obj.record_stream(stream)
+    elif hasattr(obj, "record_stream"):
+        obj.record_stream(stream)
+    else:
+        for _, child in _children(obj):
+            _record(child, stream)
+
+
+def _to_device(batch: Any, device: torch.device) -> Any:
+    """``move_data_to_device`` with non-blocking copies for every ``.to`` (Lightning's helper
+    passes ``non_blocking`` to plain tensors only: a torchrec ``Batch`` would copy synchronously)."""
+    from lightning_fabric.utilities.apply_func import _TransferableDataType
+    from lightning_utilities.core.apply_func import apply_to_collection
+
+    if device.type == "cpu":
+        return batch
+
+    def to(data: Any) -> Any:
+        try:
+            out = data.to(device, non_blocking=True)
+        except TypeError:  # a .to(device) without non_blocking
+            out = data.to(device)
+        return data if out is None else out
+
+    return apply_to_collection(batch, dtype=_TransferableDataType, function=to)
+
+
+class InputPipeline:
+    """Stages batches ahead and pre-distributes their sparse inputs (see the module docstring).
+
+    Args:
+        model: the ``DistributedModelParallel`` (its top-level sharded modules are pipelined).
+        device: the training device; on a GPU the copy and the input dist use two side streams.
+    """
+
+    def __init__(self, model: nn.Module, device: torch.device) -> None:
+        self.device = device
+        gpu = device.type == "cuda"
+        self._copy_stream = torch.cuda.Stream(device, priority=-1) if gpu else None
+        self._dist_stream = torch.cuda.Stream(device, priority=-1) if gpu else None
+        self._modules = dict(top_level_sharded_modules(model))
+        self._original: dict[str, Any] = {}
+        self._paths: dict[str, tuple[Any, ...]] = {}  # learned from the first step
+        self._queue: deque[_Staged] = deque()
+        self._current: _Staged | None = None
+        self._ready: dict[str, _Dist] = {}
+        self.overlapped_lookups = 0
+        """Sharded-module calls served with an input distributed ahead (tests and reports)."""
+        self._attach()
+
+    # -- set-up ----------------------------------------------------------------------------------
+    @property
+    def module_names(self) -> list[str]:
+        """The sharded modules this pipeline serves."""
+        return list(self._modules)
+
+    @property
+    def pipelined(self) -> dict[str, bool]:
+        """Per sharded module: whether its input dist overlaps compute (known after step 1)."""
+        return {name: bool(self._paths.get(name)) for name in self._modules}
+
+    def _attach(self) -> None:
+        from torchrec.distributed.types import ShardedModule
+
+        for name, module in self._modules.items():
+            if type(module).preprocess_input is not ShardedModule.preprocess_input:
+                self._paths[name] = _NOT_FOUND  # transforms its input first: keep it synchronous
+                log.info("input pipeline: %s preprocesses its input; not pipelined", name)
+                continue
+            self._original[name] = module.forward
+            module.forward = self._forward_of(name, module)  # instance attribute, as TorchRec does
+
+    def detach(self) -> None:
+        """Give every sharded module its own forward back and drop batches in flight."""
+        for name, forward in self._original.items():
+            self._modules[name].forward = forward
+        self._original.clear()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget staged batches (a new epoch's iterator starts from an empty queue)."""
+        self._queue.clear()
+        self._current = None
+        self._ready = {}
+
+    # -- the data side ---------------------------------------------------------------------------
+    def wrap(self, loader: Iterable) -> PipelinedLoader:
+        """``loader`` whose batches are staged on the device as they are fetched."""
+        return PipelinedLoader(loader, self)
+
+    def stage(self, batch: Any) -> Any:
+        """Copy ``batch`` to the device (side stream) and queue it for its training step."""
+        with _on(self._copy_stream):
+            batch = _to_device(batch, self.device)
+        self._queue.append(_Staged(batch))
+        return batch
+
+    # -- the step side ---------------------------------------------------------------------------
+    def before_step(self) -> None:
+        """Batch k's dist completes; batch k+1's starts (call before the training step)."""
+        self._current = self._queue.popleft() if self._queue else None
+        self._ready = {}
+        if self._current is None:
+            return
+        cur = self._current
+        self._start(cur)  # no-op when started in the previous step
+        self._finish(cur)
+        if self._dist_stream is not None:
+            stream = torch.cuda.current_stream(self.device)
+            stream.wait_stream(self._dist_stream)  # which waited for the copy stream
+            _record(cur.batch, stream)
+        self._ready = dict(cur.dists)
+        if self._queue:
+            self._start(self._queue[0])
+
+    def before_backward(self) -> None:
+        """Issue batch k+1's tensors all-to-all while batch k's backward runs."""
+        if self._queue:
+            nxt = self._queue[0]
+            self._start(nxt)  # paths may have been learned in this step's forward
+            self._finish(nxt)
+
+    def after_step(self) -> None:
+        """The training step returned: later forwards (validation) run unpipelined."""
+        self._ready = {}
+        self._current = None
+
+    def _start(self, staged: _Staged) -> None:
+        """Issue the splits all-to-all of every pipelined module's input (side stream)."""
+        todo = [
+            (n, p) for n, p in self._paths.items() if p and n not in staged.dists
+        ]  # fmt: skip
+        if not todo:
+            return
+        with _on(self._dist_stream):
+            if self._dist_stream is not None:
+                self._dist_stream.wait_stream(self._copy_stream)
+                _record(staged.batch, self._dist_stream)
+            for name, path in todo:
+                module = self._modules[name]
+                features = follow(staged.batch, path)
+                ctx = module.create_context()
+                staged.dists[name] = _Dist(features, ctx, splits=module.input_dist(ctx, features))
+
+    def _finish(self, staged: _Staged) -> None:
+        """Issue the tensors all-to-all of every started dist (side stream)."""
+        with _on(self._dist_stream):
+            for d in staged.dists.values():
+                if d.tensors is None:
+                    d.tensors = d.splits.wait()
+
+    def _forward_of(self, name: str, module: nn.Module) -> Any:
+        original = module.forward
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            features = args[0] if len(args) == 1 and not kwargs else None
+            d = self._ready.pop(name, None)
+            if d is not None and features is not None and _same_kjt(d.features, features):
+                return self._compute(module, d)
+            if d is not None:  # the step fed the module something else than the batch's ids
+                self._paths[name] = _NOT_FOUND
+                log.warning(
+                    "input pipeline: %s was not called with the batch's KeyedJaggedTensor "
+                    "this step; its input dist runs synchronously from now on",
+                    name,
+                )
+            elif name not in self._paths and self._current is not None:
+                self._learn(name, features)
+            return original(*args, **kwargs)
+
+        return forward
+
+    def _learn(self, name: str, features: Any) -> None:
+        from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+        path = None
+        if isinstance(features, KeyedJaggedTensor) and self._current is not None:
+            path = find_kjt(self._current.batch, features)
+        self._paths[name] = path or _NOT_FOUND
+        if path:
+            log.info("input pipeline: %s reads batch%s", name, "".join(f"[{p!r}]" for p in path))
+        else:
+            log.warning(
+                "input pipeline: the input of %s is not a KeyedJaggedTensor of the batch (the "
+                "training step builds or transforms it); its input dist stays synchronous. Pass "
+                "the batch's KeyedJaggedTensor to the sharded module unchanged to overlap it.",
+                name,
+            )
+
+    def _compute(self, module: nn.Module, d: _Dist) -> Any:
+        self.overlapped_lookups += 1
+        with _on(self._dist_stream):
+            data = d.tensors.wait()
+        if self._dist_stream is not None:
+            stream = torch.cuda.current_stream(self.device)
+            stream.wait_stream(self._dist_stream)
+            data.record_stream(stream)
+            d.ctx.record_stream(stream)
+        return module.compute_and_output_dist(d.ctx, data)
+
+
+class PipelinedLoader:
+    """A training dataloader whose batches the :class:`InputPipeline` stages as they are fetched.
+
+    Everything else (``len``, ``sampler``, ``dataset``, ``state_dict`` ...) is the wrapped loader's.
+    """
+
+    def __init__(self, loader: Iterable, pipeline: InputPipeline) -> None:
+        self.loader = loader
+        self.pipeline = pipeline
+
+    def __iter__(self) -> Iterator[Any]:
+        self.pipeline.reset()
+        for batch in self.loader:
+            yield self.pipeline.stage(batch)
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("loader", "pipeline"):
+            raise AttributeError(name)
+        return getattr(self.loader, name)
