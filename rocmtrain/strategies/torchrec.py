@@ -18,10 +18,11 @@ Registered names: ``torchrec`` (planner's choice), ``torchrec_table_wise``, ``to
 
 What it does, in Lightning's hook order:
 
-1. ``setup_environment``: rendezvous checks (``MASTER_ADDR`` resolves, the port is free on the store
-   host), device/NUMA binding, the RCCL/NCCL environment plan (validated; invented knobs warned with
-   the real one named; each change logged ``NAME: old -> new``), all BEFORE ``init_process_group``,
-   whose wait for peers is bounded by ``rccl.init_timeout_seconds``. Then the run-time protection of
+1. ``setup_environment`` (:mod:`rocmtrain.strategies.lifecycle`): rendezvous checks
+   (``MASTER_ADDR`` resolves, the port is free on the store host), device/NUMA binding, the
+   RCCL/NCCL environment plan (validated; invented knobs warned with the real one named; each
+   change logged ``NAME: old -> new``), all BEFORE ``init_process_group``, whose wait for peers
+   is bounded by ``rccl.init_timeout_seconds``. Then the run-time protection of
    :mod:`rocmtrain.faults` joins the trainer: error hints, the hang watchdog (exit 75 naming the
    stuck rank), the two-phase process-group timeout (short after step 1) and preemption
    (SIGTERM/SIGUSR1 → checkpoint at the same step on every rank → exit 75).
@@ -34,7 +35,8 @@ What it does, in Lightning's hook order:
 3. Checkpoints: ``save_checkpoint``/``load_checkpoint`` (:mod:`rocmtrain.strategies.checkpointing`)
    write/read sharded state with ``torch.distributed.checkpoint`` into an atomic folder
    (``rocmtrain.checkpoint``).
-4. ``teardown``: the environment variables it set are restored.
+4. ``teardown`` (:mod:`rocmtrain.strategies.lifecycle`): the environment variables it set are
+   restored.
 
 Input-dist/compute overlap: TorchRec's ``TrainPipelineSparseDist`` must own the data iterator, so a
 module that wants it drives :meth:`make_train_pipeline` itself (``calls_model_itself = True``, e.g.
@@ -46,7 +48,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,7 +55,6 @@ from typing import TYPE_CHECKING, Any
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-from lightning_fabric.plugins.environments import LightningEnvironment
 from lightning_fabric.utilities.optimizer import _optimizers_to_device
 from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.trainer.states import TrainerFn
@@ -68,6 +68,7 @@ from rocmtrain.config.rccl import RcclConfig
 from rocmtrain.config.strategy import BALANCE_MODES, PIPELINES, SHARDING_TYPES
 from rocmtrain.config.watchdog import WatchdogConfig
 from rocmtrain.strategies.checkpointing import ShardedCheckpointMixin
+from rocmtrain.strategies.lifecycle import RankLifecycleMixin
 from rocmtrain.strategies.sharding import ShardingPlanMixin
 
 if TYPE_CHECKING:  # torchrec is imported when a model is set up, not on `import rocmtrain`
@@ -96,7 +97,7 @@ REGISTERED: dict[str, tuple[str, str]] = {
 _DDP_WRAPPER_KEYS = ("bucket_cap_mb", "static_graph", "find_unused_parameters")
 
 
-class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, DDPStrategy):
+class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleMixin, DDPStrategy):
     """Multi-process training with TorchRec-sharded embeddings, DDP for the dense part, and
     rocmtrain's collective environment, hang watchdog, timeouts, preemption and error hints.
 
@@ -264,137 +265,6 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, DDPStrategy):
         if not self.uses_pipeline(accelerator):
             return None
         return "semi_sync" if self._pipeline == "semi_sync" else "sparse_dist"
-
-    # -- environment -----------------------------------------------------------------------------
-    @override
-    def setup_environment(self) -> None:
-        # Order matters: check the rendezvous, bind the device and set the collective env BEFORE
-        # the process group (RCCL/NCCL read their env once, when the first communicator is made).
-        from rocmtrain.comms.rendezvous import check_master, explain_rendezvous
-
-        self._end_with_launcher()
-        env = self.cluster_environment
-        assert env is not None
-        host, port = env.main_address, env.main_port
-        if not dist.is_initialized():  # a second fit in this process reuses its process group
-            check_master(host, port, is_store_host=self._hosts_store())
-        self._bind_local_rank()
-        self._apply_rccl_env()
-        with explain_rendezvous(
-            host,
-            port,
-            world_size=self.num_nodes * self.num_processes,
-            timeout_s=self._rccl_cfg.init_timeout_seconds,
-        ):
-            super().setup_environment()
-        self._attach_fault_handling()
-
-    def _hosts_store(self) -> bool:
-        """Whether this rank creates the rendezvous TCPStore (a torchrun agent already did)."""
-        return self.global_rank == 0 and "TORCHELASTIC_RUN_ID" not in os.environ
-
-    def _end_with_launcher(self) -> None:
-        """Local ranks that Lightning's script launcher started die with it (no orphans)."""
-        from rocmtrain.launch.orphans import die_with_parent, started_by_lightning
-
-        if isinstance(self.cluster_environment, LightningEnvironment) and started_by_lightning():
-            die_with_parent()
-
-    def _bind_local_rank(self) -> None:
-        from rocmtrain.launch.binding import bind_local_rank
-
-        bind_local_rank(
-            self.local_rank, accelerator="cpu" if self.root_device.type == "cpu" else "gpu"
-        )
-
-    def _apply_rccl_env(self) -> None:
-        from rocmtrain.comms.rccl import apply_rccl_config
-
-        try:
-            self._env_changes = apply_rccl_config(self._rccl_cfg, run_dir=self.run_dir)
-        except ValueError as exc:
-            raise ConfigError("rccl", "(environment)", str(exc)) from exc
-
-    @property
-    def run_dir(self) -> Path:
-        """Where this run's reports go: ``run_dir``, else the trainer's ``default_root_dir``."""
-        if self._run_dir is not None:
-            return self._run_dir
-        trainer = self._trainer()
-        return Path(trainer.default_root_dir) if trainer is not None else Path.cwd()
-
-    def _trainer(self) -> pl.Trainer | None:
-        module = self.lightning_module
-        return getattr(module, "_trainer", None) if module is not None else None
-
-    def _attach_fault_handling(self) -> None:
-        """Error hints, watchdog, two-phase timeouts and preemption join the trainer's callbacks,
-        first, so they see every later hook (the user's list stays as it was given)."""
-        from rocmtrain.faults.watchdog import build_callbacks
-
-        trainer = self._trainer()
-        if trainer is None:
-            raise RuntimeError("TorchRecStrategy: no trainer attached to the LightningModule")
-        ours = build_callbacks(self._watchdog_cfg, self._rccl_cfg, self.run_dir)
-        kinds = tuple(type(c) for c in ours)
-        trainer.callbacks[:] = ours + [c for c in trainer.callbacks if not isinstance(c, kinds)]
-
-    # -- collectives: heartbeats name a rank that waits in one ----------------------------------
-    def _beat(self, phase: str) -> None:
-        from rocmtrain.faults.heartbeat import WatchdogCallback
-
-        trainer = self._trainer()
-        for cb in trainer.callbacks if trainer is not None else ():
-            if isinstance(cb, WatchdogCallback) and cb.watchdog is not None:
-                cb.watchdog.beat(phase)
-
-    @override
-    def barrier(self, *args: Any, **kwargs: Any) -> None:
-        self._beat("barrier")
-        super().barrier(*args, **kwargs)
-
-    @override
-    def broadcast(self, obj: Any, src: int = 0) -> Any:
-        self._beat("broadcast")
-        return super().broadcast(obj, src)
-
-    @override
-    def on_exception(self, exception: BaseException) -> None:
-        super().on_exception(exception)
-        # The error hints and the watchdog (callbacks) have had their turn; the ranks this process
-        # launched cannot go on without it and would wait in the next collective: end them.
-        from pytorch_lightning.strategies.launchers.subprocess_script import (
-            _SubprocessScriptLauncher,
-        )
-
-        if isinstance(exception, Exception) and isinstance(
-            self.launcher, _SubprocessScriptLauncher
-        ):
-            self.launcher.kill(signal.SIGKILL)
-
-    @override
-    def teardown(self) -> None:
-        self._restore_env()
-        module = self.lightning_module
-        if self.model is not module and module is not None:
-            self.model = module
-        if module is not None and any(p.is_meta for p in module.parameters()):
-            # sharding failed half-way (the error is being raised): nothing to move back to the
-            # CPU, and ``module.cpu()`` on meta tensors would hide the real error
-            self.precision_plugin.teardown()
-            assert self.accelerator is not None
-            self.accelerator.teardown()
-            self.checkpoint_io.teardown()
-            return
-        super().teardown()
-
-    def _restore_env(self) -> None:
-        from rocmtrain.comms.env import apply_env
-
-        if self._env_changes:
-            old = {name: before for name, (before, _) in self._env_changes.items()}
-            apply_env(old, force=True, source="teardown")
-            self._env_changes = {}
 
     # -- model -----------------------------------------------------------------------------------
     @override
