@@ -18,21 +18,25 @@ Registered names: ``torchrec`` (planner's choice), ``torchrec_table_wise``, ``to
 
 What it does, in Lightning's hook order:
 
-1. ``setup_environment``: rendezvous checks (``MASTER_ADDR`` resolves, the port is free on the store
-   host), device/NUMA binding, the RCCL/NCCL environment plan (validated; invented knobs warned with
-   the real one named; each change logged ``NAME: old -> new``), all BEFORE ``init_process_group``,
-   whose wait for peers is bounded by ``rccl.init_timeout_seconds``. Then the run-time protection of
+1. ``setup_environment`` (:mod:`rocmtrain.strategies.lifecycle`): rendezvous checks
+   (``MASTER_ADDR`` resolves, the port is free on the store host), device/NUMA binding, the
+   RCCL/NCCL environment plan (validated; invented knobs warned with the real one named; each
+   change logged ``NAME: old -> new``), all BEFORE ``init_process_group``, whose wait for peers
+   is bounded by ``rccl.init_timeout_seconds``. Then the run-time protection of
    :mod:`rocmtrain.faults` joins the trainer: error hints, the hang watchdog (exit 75 naming the
    stuck rank), the two-phase process-group timeout (short after step 1) and preemption
    (SIGTERM/SIGUSR1 → checkpoint at the same step on every rank → exit 75).
 2. ``setup`` → ``_setup_model``: the LightningModule (its EmbeddingBagCollections on the meta
    device) is wrapped in ``DistributedModelParallel``: :meth:`plan_for` (the same function the dry
-   run prints) shards every table, the shards materialise on this rank, the embedding optimizer
-   is fused into the backward (``apply_optimizer_in_backward`` in the module, or ``fused_params``),
-   and DDP wraps the dense rest (``ddp_kwargs``: bucket size, static graph ...).
-3. Checkpoints: ``save_checkpoint``/``load_checkpoint`` write/read sharded state with
-   ``torch.distributed.checkpoint`` into an atomic folder (``rocmtrain.checkpoint``).
-4. ``teardown``: the environment variables it set are restored.
+   run prints; :mod:`rocmtrain.strategies.sharding`) shards every table, the shards materialise
+   on this rank, the embedding optimizer is fused into the backward
+   (``apply_optimizer_in_backward`` in the module, or ``fused_params``), and DDP wraps the dense
+   rest (``ddp_kwargs``: bucket size, static graph ...).
+3. Checkpoints: ``save_checkpoint``/``load_checkpoint`` (:mod:`rocmtrain.strategies.checkpointing`)
+   write/read sharded state with ``torch.distributed.checkpoint`` into an atomic folder
+   (``rocmtrain.checkpoint``).
+4. ``teardown`` (:mod:`rocmtrain.strategies.lifecycle`): the environment variables it set are
+   restored.
 
 Input pipelining (``pipeline="sparse_dist"``, or ``auto`` on a GPU): batch i+1 is copied to the
 device and its sparse input all-to-all runs on side streams while batch i computes, for any
@@ -47,30 +51,28 @@ from __future__ import annotations
 
 import logging
 import os
-import random
-import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-from lightning_fabric.plugins.environments import LightningEnvironment
 from lightning_fabric.utilities.optimizer import _optimizers_to_device
 from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.trainer.states import TrainerFn
 from torch import nn
 from typing_extensions import override
 
-from rocmtrain import checkpoint as ckpt
 from rocmtrain import platform
 from rocmtrain.config import ConfigError, check_choice
 from rocmtrain.config.convert import as_config
 from rocmtrain.config.rccl import RcclConfig
 from rocmtrain.config.strategy import BALANCE_MODES, PIPELINES, SHARDING_TYPES
 from rocmtrain.config.watchdog import WatchdogConfig
+from rocmtrain.strategies.checkpointing import ShardedCheckpointMixin
+from rocmtrain.strategies.lifecycle import RankLifecycleMixin
+from rocmtrain.strategies.sharding import ShardingPlanMixin
 
 if TYPE_CHECKING:  # torchrec is imported when a model is set up, not on `import rocmtrain`
     from torchrec.distributed import DistributedModelParallel
@@ -97,10 +99,8 @@ REGISTERED: dict[str, tuple[str, str]] = {
 #: any other key goes to ``torch.nn.parallel.DistributedDataParallel`` itself
 _DDP_WRAPPER_KEYS = ("bucket_cap_mb", "static_graph", "find_unused_parameters")
 
-_DEFAULT_PLANNER_BATCH = 512
 
-
-class TorchRecStrategy(DDPStrategy):
+class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleMixin, DDPStrategy):
     """Multi-process training with TorchRec-sharded embeddings, DDP for the dense part, and
     rocmtrain's collective environment, hang watchdog, timeouts, preemption and error hints.
 
@@ -272,139 +272,6 @@ class TorchRecStrategy(DDPStrategy):
             return None
         return "semi_sync" if self._pipeline == "semi_sync" else "sparse_dist"
 
-    # -- environment -----------------------------------------------------------------------------
-    @override
-    def setup_environment(self) -> None:
-        # Order matters: check the rendezvous, bind the device and set the collective env BEFORE
-        # the process group (RCCL/NCCL read their env once, when the first communicator is made).
-        from rocmtrain.comms.rendezvous import check_master, explain_rendezvous
-
-        self._end_with_launcher()
-        env = self.cluster_environment
-        assert env is not None
-        host, port = env.main_address, env.main_port
-        if not dist.is_initialized():  # a second fit in this process reuses its process group
-            check_master(host, port, is_store_host=self._hosts_store())
-        self._bind_local_rank()
-        self._apply_rccl_env()
-        with explain_rendezvous(
-            host,
-            port,
-            world_size=self.num_nodes * self.num_processes,
-            timeout_s=self._rccl_cfg.init_timeout_seconds,
-        ):
-            super().setup_environment()
-        self._attach_fault_handling()
-
-    def _hosts_store(self) -> bool:
-        """Whether this rank creates the rendezvous TCPStore (a torchrun agent already did)."""
-        return self.global_rank == 0 and "TORCHELASTIC_RUN_ID" not in os.environ
-
-    def _end_with_launcher(self) -> None:
-        """Local ranks that Lightning's script launcher started die with it (no orphans)."""
-        from rocmtrain.launch.orphans import die_with_parent, started_by_lightning
-
-        if isinstance(self.cluster_environment, LightningEnvironment) and started_by_lightning():
-            die_with_parent()
-
-    def _bind_local_rank(self) -> None:
-        from rocmtrain.launch.binding import bind_local_rank
-
-        bind_local_rank(
-            self.local_rank, accelerator="cpu" if self.root_device.type == "cpu" else "gpu"
-        )
-
-    def _apply_rccl_env(self) -> None:
-        from rocmtrain.comms.rccl import apply_rccl_config
-
-        try:
-            self._env_changes = apply_rccl_config(self._rccl_cfg, run_dir=self.run_dir)
-        except ValueError as exc:
-            raise ConfigError("rccl", "(environment)", str(exc)) from exc
-
-    @property
-    def run_dir(self) -> Path:
-        """Where this run's reports go: ``run_dir``, else the trainer's ``default_root_dir``."""
-        if self._run_dir is not None:
-            return self._run_dir
-        trainer = self._trainer()
-        return Path(trainer.default_root_dir) if trainer is not None else Path.cwd()
-
-    def _trainer(self) -> pl.Trainer | None:
-        module = self.lightning_module
-        return getattr(module, "_trainer", None) if module is not None else None
-
-    def _attach_fault_handling(self) -> None:
-        """Error hints, watchdog, two-phase timeouts and preemption join the trainer's callbacks,
-        first, so they see every later hook (the user's list stays as it was given)."""
-        from rocmtrain.faults.watchdog import build_callbacks
-
-        trainer = self._trainer()
-        if trainer is None:
-            raise RuntimeError("TorchRecStrategy: no trainer attached to the LightningModule")
-        ours = build_callbacks(self._watchdog_cfg, self._rccl_cfg, self.run_dir)
-        kinds = tuple(type(c) for c in ours)
-        trainer.callbacks[:] = ours + [c for c in trainer.callbacks if not isinstance(c, kinds)]
-
-    # -- collectives: heartbeats name a rank that waits in one ----------------------------------
-    def _beat(self, phase: str) -> None:
-        from rocmtrain.faults.heartbeat import WatchdogCallback
-
-        trainer = self._trainer()
-        for cb in trainer.callbacks if trainer is not None else ():
-            if isinstance(cb, WatchdogCallback) and cb.watchdog is not None:
-                cb.watchdog.beat(phase)
-
-    @override
-    def barrier(self, *args: Any, **kwargs: Any) -> None:
-        self._beat("barrier")
-        super().barrier(*args, **kwargs)
-
-    @override
-    def broadcast(self, obj: Any, src: int = 0) -> Any:
-        self._beat("broadcast")
-        return super().broadcast(obj, src)
-
-    @override
-    def on_exception(self, exception: BaseException) -> None:
-        super().on_exception(exception)
-        # The error hints and the watchdog (callbacks) have had their turn; the ranks this process
-        # launched cannot go on without it and would wait in the next collective: end them.
-        from pytorch_lightning.strategies.launchers.subprocess_script import (
-            _SubprocessScriptLauncher,
-        )
-
-        if isinstance(exception, Exception) and isinstance(
-            self.launcher, _SubprocessScriptLauncher
-        ):
-            self.launcher.kill(signal.SIGKILL)
-
-    @override
-    def teardown(self) -> None:
-        self._restore_env()
-        if self._input_pipeline is not None:
-            self._input_pipeline.detach()  # the modules get their own forward back
-        module = self.lightning_module
-        if self.model is not module and module is not None:
-            self.model = module
-        if module is not None and any(p.is_meta for p in module.parameters()):
-            # sharding failed half-way (the error is being raised): nothing to move back to the
-            # CPU, and ``module.cpu()`` on meta tensors would hide the real error
-            self.precision_plugin.teardown()
-            assert self.accelerator is not None
-            self.accelerator.teardown()
-            self.checkpoint_io.teardown()
-            return
-        super().teardown()
-
-    def _restore_env(self) -> None:
-        from rocmtrain.comms.env import apply_env
-
-        if self._env_changes:
-            old = {name: before for name, (before, _) in self._env_changes.items()}
-            apply_env(old, force=True, source="teardown")
-            self._env_changes = {}
-
     # -- model -----------------------------------------------------------------------------------
     @override
     def setup(self, trainer: pl.Trainer) -> None:
@@ -442,160 +309,6 @@ class TorchRecStrategy(DDPStrategy):
         assert self.model is not None
         device = self.root_device
         self.model._apply(lambda t: t if t.is_meta else t.to(device))
-
-    def plan_for(
-        self,
-        model: nn.Module,
-        *,
-        world_size: int,
-        local_world_size: int,
-        compute_device: str,
-        batch_size: int | None = None,
-        pg: dist.ProcessGroup | None = None,
-    ) -> ShardingPlan:
-        """The sharding plan of ``model`` (the dry run prints this same plan). Without ``pg`` the
-        planner runs on a fake topology of ``world_size`` ``compute_device`` devices.
-
-        With ``balance`` ``report`` or ``auto`` the plan's per-rank cost is in
-        :attr:`balance_report`; ``auto`` returns the balanced plan when the planner's is more
-        than 10 % off the mean (computed identically on every rank: no collective).
-        """
-        from rocmtrain.strategies.planning import make_plan, sharding_constraints
-
-        if self._plan is not None:  # the caller's plan: reported, never replaced
-            self._balance_report = self._report(model, self._plan, world_size, mode=self._balance)
-            return self._plan
-        self.check_supported(compute_device)
-        plan = make_plan(
-            model,
-            sharders=self._sharders(),
-            world_size=world_size,
-            local_world_size=local_world_size,
-            compute_device=compute_device,
-            constraints=sharding_constraints(
-                model,
-                self._sharding_type,
-                per_table=self._per_table_sharding,
-                pooling_factors=self._pooling_factors,
-            ),
-            batch_size=batch_size or self._planner_batch_size or _DEFAULT_PLANNER_BATCH,
-            hbm_cap_gb=self._hbm_cap_gb,
-            ddr_cap_gb=self._ddr_cap_gb,
-            pg=pg,
-        )
-        self._balance_report = self._report(model, plan, world_size, mode=self._balance)
-        if self._balance != "auto" or self._balance_report is None:
-            return plan
-        return self._rebalance(model, plan, world_size, local_world_size, compute_device)
-
-    @property
-    def balance_report(self) -> BalanceReport | None:
-        """Per-rank lookup cost and memory of the last :meth:`plan_for` (``None`` with
-        ``balance="off"``)."""
-        return self._balance_report
-
-    def _report(
-        self, model: nn.Module, plan: ShardingPlan, world_size: int, *, mode: str
-    ) -> BalanceReport | None:
-        from rocmtrain.strategies.balance import BalanceReport, plan_cost, table_specs
-
-        if self._balance == "off":
-            return None
-        cost = plan_cost(plan, table_specs(model), self._pooling_factors, world_size)
-        return BalanceReport(mode=mode, planner=cost)
-
-    def _rebalance(
-        self,
-        model: nn.Module,
-        plan: ShardingPlan,
-        world_size: int,
-        local_world_size: int,
-        compute_device: str,
-    ) -> ShardingPlan:
-        import dataclasses
-
-        from rocmtrain.strategies.balance import (
-            balanced_plan,
-            is_balanced,
-            plan_cost,
-            table_specs,
-        )
-
-        report = self._balance_report
-        assert report is not None
-        if is_balanced(report.planner):
-            self._balance_report = dataclasses.replace(
-                report, note="within 10 % of the mean: the planner's plan is kept"
-            )
-            return plan
-        pinned = {
-            name: self._per_table_sharding.get(name, self._sharding_type)
-            for name in table_specs(model)
-        }
-        pinned = {name: kind for name, kind in pinned.items() if kind != "auto"}
-        balanced = balanced_plan(
-            model,
-            plan,
-            sharders=self._sharders(),
-            world_size=world_size,
-            local_world_size=local_world_size,
-            compute_device=compute_device,
-            pooling_factors=self._pooling_factors,
-            pinned=pinned,
-        )
-        cost = plan_cost(balanced, table_specs(model), self._pooling_factors, world_size)
-        # The planner's plan fits (its fullest rank <= 85 % of a device, 15 % reserved); a plan
-        # whose fullest rank holds no more than that, or no more than 10 % over an even split
-        # (<= 1.1 x the planner's fullest), fits too. Beyond that (user-pinned tables): keep it.
-        most = max(r.memory_bytes for r in cost.ranks)
-        even = sum(r.memory_bytes for r in cost.ranks) / len(cost.ranks)
-        if most > max(max(r.memory_bytes for r in report.planner.ranks), 1.1 * even):
-            self._balance_report = dataclasses.replace(
-                report,
-                note="the balanced plan needs more memory on its fullest rank than the "
-                "planner's plan and 10 % over an even split: the planner's plan is kept",
-            )
-            return plan
-        self._balance_report = dataclasses.replace(report, balanced=cost)
-        return balanced
-
-    def _sharders(self) -> list[Any]:
-        from rocmtrain.strategies.planning import build_sharders
-
-        if self._sharder_list is None:
-            self._sharder_list = build_sharders(self._kernel, fused_params=self._fused_params)
-        return self._sharder_list
-
-    def check_supported(self, compute_device: str) -> None:
-        """Raise :class:`~rocmtrain.strategies.planning.PlanError` before anything starts when
-        the sharders cannot shard the tables as configured on ``compute_device``."""
-        from rocmtrain.strategies.planning import check_sharding_supported
-
-        check_sharding_supported(
-            self._sharders(),
-            self._sharding_type,
-            per_table=self._per_table_sharding,
-            compute_device=compute_device,
-            kernel=self._kernel,
-        )
-
-    def _batch_size(self) -> int:
-        """The planner's per-rank batch: the argument, else the datamodule's ``batch_size``."""
-        if self._planner_batch_size is not None:
-            return self._planner_batch_size
-        trainer = self._trainer()
-        dm = getattr(trainer, "datamodule", None)
-        for source in (dm, getattr(dm, "hparams", None), self.lightning_module):
-            value = getattr(source, "batch_size", None) if source is not None else None
-            if isinstance(value, int) and value > 0:
-                return value
-        log.warning(
-            "TorchRecStrategy: no planner_batch_size given and the datamodule has no batch_size "
-            "attribute: the planner costs a batch of %d; pass "
-            "TorchRecStrategy(planner_batch_size=<per-rank batch>)",
-            _DEFAULT_PLANNER_BATCH,
-        )
-        return _DEFAULT_PLANNER_BATCH
 
     def _data_parallel_wrapper(self) -> Any:
         from torchrec.distributed.model_parallel import DefaultDataParallelWrapper
@@ -653,6 +366,12 @@ class TorchRecStrategy(DDPStrategy):
             return super().training_step(*args, **kwargs)
         finally:
             pipe.after_step()
+
+    @override
+    def teardown(self) -> None:
+        if self._input_pipeline is not None:
+            self._input_pipeline.detach()  # the modules get their own forward back
+        super().teardown()
 
     @override
     def backward(self, closure_loss: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -715,63 +434,6 @@ class TorchRecStrategy(DDPStrategy):
 
         return TrainPipelineSparseDist(self.dmp, optimizer, self.root_device, **kwargs)
 
-    # -- checkpoints -----------------------------------------------------------------------------
-    @property
-    @override
-    def restore_checkpoint_after_setup(self) -> bool:
-        return True  # shards must exist before loading into them
-
-    @override
-    def lightning_module_state_dict(self) -> dict[str, Any]:
-        assert self.lightning_module is not None
-        return self.lightning_module.state_dict()
-
-    @override
-    def save_checkpoint(
-        self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None
-    ) -> None:
-        """Collective: every rank calls it (Lightning's ``trainer.save_checkpoint`` does)."""
-        state = {
-            "model": checkpoint.pop("state_dict"),
-            "fused_optimizer": self.dmp.fused_optimizer.state_dict(),
-        }
-        checkpoint["rng"] = _rng_state()
-        ckpt.write_sharded(
-            Path(filepath),
-            sharded=state,
-            per_rank=checkpoint,
-            rank=self.global_rank,
-            world_size=self.world_size,
-            barrier=self.barrier,
-        )
-
-    @override
-    def load_checkpoint(
-        self, checkpoint_path: Any, weights_only: bool | None = None
-    ) -> dict[str, Any]:
-        assert self.lightning_module is not None
-        state = {
-            "model": self.lightning_module.state_dict(),
-            "fused_optimizer": self.dmp.fused_optimizer.state_dict(),
-        }
-        extras = ckpt.read_sharded(Path(checkpoint_path), sharded=state, rank=self.global_rank)
-        self.lightning_module.load_state_dict(state["model"])
-        self.dmp.fused_optimizer.load_state_dict(state["fused_optimizer"])
-        if extras.get("global_step") is not None:  # not in the fused state (Adam's bias corr.)
-            _set_kernel_step(self.dmp.fused_optimizer, int(extras["global_step"]))
-        if "rng" in extras:
-            _set_rng_state(extras.pop("rng"))
-        return extras
-
-    @override
-    def load_model_state_dict(self, checkpoint: Any, strict: bool = True) -> None:
-        pass  # loaded into the shards in load_checkpoint
-
-    @override
-    def remove_checkpoint(self, filepath: Any) -> None:
-        if self.global_rank == 0:
-            ckpt.remove(Path(filepath))
-
     # -- registry --------------------------------------------------------------------------------
     @classmethod
     @override
@@ -785,33 +447,3 @@ class TorchRecStrategy(DDPStrategy):
                 start_method=start_method,
                 override=True,
             )
-
-
-def _rng_state() -> dict[str, Any]:
-    state = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
-
-
-def _set_kernel_step(optimizer: Any, step: int) -> None:
-    """``set_optimizer_step(step)`` on every rocmtrain-kernel fused optimizer (kernel=triton|torch)
-    inside TorchRec's (nested) CombinedOptimizer; FBGEMM's are left as they are."""
-    from rocmtrain.embedding.kernel import RocmEmbeddingFusedOptimizer
-
-    if isinstance(optimizer, RocmEmbeddingFusedOptimizer):
-        optimizer.set_optimizer_step(step)
-    for _, inner in getattr(optimizer, "optimizers", ()):
-        _set_kernel_step(inner, step)
