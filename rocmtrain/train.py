@@ -135,8 +135,10 @@ def build_module(cfg: RunConfig, strategy: TorchRecStrategy) -> pl.LightningModu
     ``strategy.pipeline=semi_sync`` (TorchRec's TrainPipelineSemiSync owns the data iterator)."""
     from rocmtrain.models.module import DLRMModule, PipelinedDLRMModule
 
+    from rocmtrain.config.schema import resolve_model_config
+
     semi_sync = strategy.pipeline_kind(cfg.trainer.accelerator) == "semi_sync"
-    return (PipelinedDLRMModule if semi_sync else DLRMModule)(cfg.model)
+    return (PipelinedDLRMModule if semi_sync else DLRMModule)(resolve_model_config(cfg))
 
 
 def build_trainer(

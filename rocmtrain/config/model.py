@@ -18,7 +18,7 @@ POOLINGS = ("sum", "mean")
 EMBEDDING_OPTIMIZERS = ("adagrad", "rowwise_adagrad", "sgd", "adam")
 DENSE_OPTIMIZERS = ("adagrad", "sgd", "adam")
 DENSE_OPTIMIZER_IMPLS = ("auto", "for_loop", "foreach", "fused")
-EMBEDDING_OUTPUT_DTYPES = ("fp32", "bf16", "fp16")
+EMBEDDING_OUTPUT_DTYPES = ("fp32", "bf16", "fp16", "autocast")
 
 
 @dataclass
@@ -80,7 +80,9 @@ class ModelConfig:
     and of the concat into the interaction (at DLRM-DCNv2 sizes ~0.9 GB each per step); autocast
     would round them to bf16 at the first GEMM anyway, but without ``dcn_autocast_residual`` the
     cross net's fp32 ``x_0`` then holds bf16 values, and the embedding gradients carry 8 mantissa
-    bits. The tables' own dtype is unchanged."""
+    bits. The tables' own dtype is unchanged. ``autocast``: the run's autocast dtype where the
+    interaction runs under autocast on a GPU (``precision=bf16 precision.policy.interaction=
+    autocast`` -> bf16), else fp32 — so an fp32 run stays fp32 (:func:`resolve_model_config`)."""
     embedding_lr: float = 0.05
     """Learning rate of the embedding optimizer."""
     embedding_eps: float = 1e-8

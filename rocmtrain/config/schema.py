@@ -142,6 +142,29 @@ def to_run_config(cfg: Any) -> RunConfig:
     return obj
 
 
+def resolve_model_config(cfg: RunConfig) -> ModelConfig:
+    """``cfg.model`` with the run-dependent values made concrete.
+
+    ``model.embedding_output_dtype=autocast`` becomes the autocast dtype (bf16 for ``bf16-mixed``,
+    fp16 for ``16-mixed``) when the interaction, the first consumer of the pooled embeddings, runs
+    under autocast on a GPU — it would round them to that dtype at its first GEMM anyway — and
+    fp32 otherwise (an fp32 run, an fp32 interaction, or the CPU, where FBGEMM's kernels write no
+    bf16 pooled output).
+    """
+    import dataclasses
+
+    from rocmtrain import platform
+
+    model = cfg.model
+    if model.embedding_output_dtype != "autocast":
+        return model
+    low = {"bf16-mixed": "bf16", "16-mixed": "fp16"}.get(cfg.precision.mode)
+    autocast_interaction = cfg.precision.policy.interaction == "autocast"
+    gpu = platform.is_gpu_run(cfg.trainer.accelerator)
+    dtype = low if low and autocast_interaction and gpu else "fp32"
+    return dataclasses.replace(model, embedding_output_dtype=dtype)
+
+
 def validate_run_config(cfg: RunConfig) -> None:
     """Check every value a run needs before anything heavy starts (no data files are read).
 

@@ -25,6 +25,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
+from rocmtrain.config import ConfigError
 from rocmtrain.config.model import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -146,6 +147,14 @@ def apply_embedding_optimizer(module: nn.Module, cfg: ModelConfig) -> None:
     for sub in module.modules():
         if isinstance(sub, EmbeddingBagCollection):
             apply_optimizer_in_backward(cls, sub.parameters(), kwargs)
+            if cfg.embedding_output_dtype == "autocast":
+                raise ConfigError(
+                    "model.embedding_output_dtype",
+                    "autocast",
+                    "it depends on the run's precision: build the module from "
+                    "rocmtrain.config.schema.resolve_model_config(run_config), or give the dtype "
+                    "(fp32, bf16, fp16)",
+                )
             if cfg.embedding_output_dtype != "fp32":
                 _set_output_dtype(sub, cfg.embedding_output_dtype)
 

@@ -246,7 +246,8 @@ class InputPipeline:
         self._finish(cur)
         if self._dist_stream is not None:
             stream = torch.cuda.current_stream(self.device)
-            stream.wait_stream(self._dist_stream)  # which waited for the copy stream
+            stream.wait_stream(self._copy_stream)  # the batch itself (dense features, labels)
+            stream.wait_stream(self._dist_stream)  # its distributed ids
             _record(cur.batch, stream)
         self._ready = dict(cur.dists)
         if self._queue:

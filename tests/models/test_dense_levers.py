@@ -218,3 +218,38 @@ def test_embedding_output_dtype_reaches_the_kernels_fused_params(dtype: str) -> 
     assert all(
         "output_dtype" not in p._optimizer_kwargs[-1] for p in plain.sparse_arch.parameters()
     )
+
+
+@pytest.mark.parametrize(
+    ("mode", "interaction", "accelerator", "want"),
+    [
+        ("bf16-mixed", "autocast", "gpu", "bf16"),
+        ("16-mixed", "autocast", "gpu", "fp16"),
+        ("bf16-mixed", "fp32", "gpu", "fp32"),  # the cross net would read fp32: keep it
+        ("32", "autocast", "gpu", "fp32"),  # an fp32 run stays fp32
+        ("bf16-mixed", "autocast", "cpu", "fp32"),  # FBGEMM's CPU kernels: no bf16 output
+    ],
+)
+def test_autocast_embedding_output_follows_the_run(mode, interaction, accelerator, want) -> None:
+    import dataclasses
+
+    from rocmtrain.config.schema import RunConfig, resolve_model_config
+
+    cfg = RunConfig()
+    cfg.model = dataclasses.replace(cfg.model, embedding_output_dtype="autocast")
+    cfg.precision.mode = mode
+    cfg.precision.policy.interaction = interaction
+    cfg.trainer.accelerator = accelerator
+    cfg.model.validate()
+    resolved = resolve_model_config(cfg)
+    assert resolved.embedding_output_dtype == want
+    assert cfg.model.embedding_output_dtype == "autocast"  # the run config is not changed
+
+
+def test_unresolved_autocast_output_is_a_config_error() -> None:
+    from rocmtrain.config import ConfigError
+    from rocmtrain.models.dlrm import apply_embedding_optimizer
+
+    cfg = _cfg(embedding_output_dtype="autocast")
+    with pytest.raises(ConfigError, match="resolve_model_config"):
+        apply_embedding_optimizer(build_dlrm(cfg), cfg)
