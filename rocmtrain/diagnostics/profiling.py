@@ -9,6 +9,7 @@ discarded, then ``profiler_active_steps`` recorded. Output in ``<run_dir>/profil
 - ``top_kernels_rank{R}.md``: the top GPU kernels by self device time (on CPU: top operators by
   self CPU time) with calls, self/total time and share;
 - ``top_kernels_rank{R}.txt``: torch's own ``key_averages().table(...)``;
+- ``op_counts_rank{R}.json``: every kernel (operator on CPU) with its calls and self time per step;
 - ``step_timeline_rank{R}.json``: per recorded step, the wall time, the time the GPU was busy
   (union of kernel and copy intervals over all streams) and the host-blocking sync calls
   (``cudaStreamSynchronize``/``hipStreamSynchronize``, blocking memcpys ...). A step whose GPU is
@@ -75,6 +76,22 @@ def top_table(prof: profile, *, k: int, gpu: bool) -> tuple[str, list[dict]]:
             f"| {n} | `{name}` | {r['calls']} | {r['self_ms']:.3f} | {r['total_ms']:.3f} | {r['share']:.1%} |"
         )
     return "\n".join(lines) + "\n", rows
+
+
+def op_counts(prof: profile, *, steps: int, gpu: bool) -> dict[str, dict[str, float]]:
+    """Every kernel (GPU) or operator (CPU) of the window: calls and self time (ms) per step.
+
+    Two runs of the same model (rocmtrain's and a plain TorchRec loop) compared op by op show
+    what one does that the other does not (``scripts/bench/e2e_summary.py`` prints the diff).
+    """
+    n = max(steps, 1)
+    out: dict[str, dict[str, float]] = {}
+    for e in prof.key_averages():
+        t = _device_time(e) if gpu else float(e.self_cpu_time_total)
+        if e.key.startswith("ProfilerStep") or (gpu and t <= 0):
+            continue
+        out[e.key] = {"calls": e.count / n, "self_ms": t / 1e3 / n}
+    return out
 
 
 #: runtime calls that block the host until the device catches up (CUDA and HIP spellings)
@@ -240,6 +257,8 @@ class ProfilerCallback(pl.Callback):
             + "\n"
             + md
         )
+        counts = op_counts(prof, steps=self._cfg.profiler_active_steps, gpu=gpu)
+        (self._dir / f"op_counts_rank{self._rank}.json").write_text(json.dumps(counts, indent=1))
         sort_by = "self_device_time_total" if gpu else "self_cpu_time_total"
         txt_path = self._dir / f"top_kernels_rank{self._rank}.txt"
         txt_path.write_text(

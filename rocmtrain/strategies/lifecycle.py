@@ -159,19 +159,26 @@ class RankLifecycleMixin(ParallelStrategy):
 
     @override
     def teardown(self) -> None:
+        """Restore the environment and release the plugins; the module stays where it is.
+
+        Lightning's strategies move the module (and the optimizer state) to the CPU here. For a
+        sharded recommender that is a copy of every table shard into host memory: measured
+        19 s for the 27 GiB of DLRM-DCNv2 on one H200, and a host OOM for tables larger than
+        the host's RAM. The shards stay on their devices instead (``del`` the module to free
+        them); the rest of Lightning's teardown runs as usual.
+        """
         self._restore_env()
         module = self.lightning_module
         if self.model is not module and module is not None:
-            self.model = module
-        if module is not None and any(p.is_meta for p in module.parameters()):
-            # sharding failed half-way (the error is being raised): nothing to move back to the
-            # CPU, and ``module.cpu()`` on meta tensors would hide the real error
-            self.precision_plugin.teardown()
-            assert self.accelerator is not None
-            self.accelerator.teardown()
-            self.checkpoint_io.teardown()
-            return
-        super().teardown()
+            self.model = module  # unwrap DistributedModelParallel
+        if self._layer_sync is not None and self.model is not None:
+            self.model = self._layer_sync.revert(self.model)
+        assert self.cluster_environment is not None
+        self.cluster_environment.teardown()
+        self.precision_plugin.teardown()
+        assert self.accelerator is not None
+        self.accelerator.teardown()
+        self.checkpoint_io.teardown()
 
     def _restore_env(self) -> None:
         from rocmtrain.comms.env import apply_env

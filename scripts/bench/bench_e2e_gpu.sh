@@ -252,7 +252,7 @@ rocm rt_1gpu_fbgemm_fp32 1 kernel=fbgemm precision=fp32 "${SMALL[@]}" "${PIPE[@]
 # Small files of every run dir + all logs -> one archive.
 ( cd "$WORK" && find runs -maxdepth 4 \( -name throughput.json -o -name step_stats.json \
     -o -name 'top_kernels*.md' -o -name 'top_kernels*.txt' -o -name '*.csv' \
-    -o -name 'step_timeline*.json' -o -name 'syncs_rank*' \) -size -2M -print0 \
+    -o -name 'step_timeline*.json' -o -name 'op_counts*.json' -o -name 'syncs_rank*' \) -size -2M -print0 \
     | tar --null -czf "$E2E/logs.tar.gz" logs stages.jsonl -T - ) 2>/dev/null \
   || tar -czf "$E2E/logs.tar.gz" -C "$WORK" logs stages.jsonl
 summarise

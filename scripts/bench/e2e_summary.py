@@ -408,6 +408,45 @@ def profile_excerpt(stages: list[dict[str, Any]], n: int = 20) -> str:
     return "\n".join(head + out) + "\n\n" + "\n\n".join(tables) + "\n"
 
 
+def op_diff(stages: list[dict[str, Any]], n: int = 15) -> str:
+    """Per-step calls and self time of every kernel, rocmtrain's first profiled stage minus the
+    anchor's: the ops with the largest time difference (what one run does that the other does not)."""
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    for s in stages:
+        run = _run_dir(s)
+        if run is None or s.get("kind") not in ("anchor", "rocmtrain") or s["kind"] in found:
+            continue
+        for path in sorted((run / "profile").glob("op_counts*.json")):
+            doc = _read_json(str(path))
+            if doc:
+                found[s["kind"]] = (s["name"], doc)
+                break
+    if len(found) < 2:
+        return ""
+    (rt_name, rt), (an_name, an) = found["rocmtrain"], found["anchor"]
+    zero = {"calls": 0.0, "self_ms": 0.0}
+    rows = []
+    for op in set(rt) | set(an):
+        a, b = an.get(op, zero), rt.get(op, zero)
+        rows.append((b["self_ms"] - a["self_ms"], b["calls"] - a["calls"], op, a, b))
+    rows.sort(key=lambda r: -abs(r[0]))
+    total = sum(r[0] for r in rows)
+    out = [
+        f"### Per-step difference: `{rt_name}` minus `{an_name}` (net {total:+.2f} ms)",
+        "",
+        "| op | Δ ms/step | Δ calls/step | anchor ms (calls) | rocmtrain ms (calls) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for d_ms, d_calls, op, a, b in rows[:n]:
+        name = op.replace("|", "\\|")
+        name = name if len(name) <= 80 else name[:77] + "..."
+        out.append(
+            f"| `{name}` | {d_ms:+.3f} | {d_calls:+.1f} | {a['self_ms']:.3f} ({a['calls']:.1f}) | "
+            f"{b['self_ms']:.3f} ({b['calls']:.1f}) |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def sync_excerpt(stages: list[dict[str, Any]], n: int = 12) -> str:
     parts = []
     for s in stages:
@@ -445,7 +484,7 @@ def render(rows: list[dict[str, Any]], stages, *, mode: str, env: str, plot: str
     if plot:
         out += ["## Convergence (new batches every step; same seed and samples)", "", plot, ""]
     out += ["## Commands", ""] + [f"- `{r['name']}`: `{r['command']}`" for r in rows] + [""]
-    for extra in (profile_excerpt(stages), sync_excerpt(stages)):
+    for extra in (profile_excerpt(stages), op_diff(stages), sync_excerpt(stages)):
         if extra:
             out += [extra]
     return "\n".join(out)

@@ -247,7 +247,7 @@ def _profiler(args: argparse.Namespace, device: torch.device):
 
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from rocmtrain.diagnostics.profiling import step_timeline, timeline_markdown, top_table
+    from rocmtrain.diagnostics.profiling import op_counts, step_timeline, timeline_markdown, top_table
 
     out = Path(args.profile_dir)
     gpu = device.type == "cuda"
@@ -256,6 +256,8 @@ def _profiler(args: argparse.Namespace, device: torch.device):
         out.mkdir(parents=True, exist_ok=True)
         timeline = step_timeline(list(prof.events()))
         (out / "step_timeline.json").write_text(json.dumps(timeline, indent=2))
+        counts = op_counts(prof, steps=3, gpu=gpu)
+        (out / "op_counts.json").write_text(json.dumps(counts, indent=1))
         md, _ = top_table(prof, k=30, gpu=gpu)
         (out / "top_kernels.md").write_text(
             "# Plain TorchRec anchor, rank 0, 3 recorded steps\n\n"

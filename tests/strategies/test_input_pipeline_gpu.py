@@ -26,6 +26,8 @@ def test_input_pipeline_on_gpu_matches_the_plain_loop(tmp_path):
     torch.testing.assert_close(
         torch.tensor(pipe["losses"]), torch.tensor(none["losses"]), rtol=1e-6, atol=1e-7
     )
+    # the strategy's teardown leaves the tables (and the rest) on the GPU: no copy to the host
+    assert pipe["devices"] == none["devices"] == ["cuda"]
     # "auto" on a GPU is the pipeline
     auto = fit(user_module, 0, "auto", tmp_path, accelerator="gpu", devices=1)
     assert auto["overlapped"] == STEPS * EPOCHS - 1
