@@ -57,7 +57,7 @@ if [ "$MODE" = gpu ]; then
   # stage trains one epoch: 15 warm-up steps (compile, pipeline fill, profile) + 30 timed
   GB=65536; ROWS_CAP=10000000; WARMUP=15; SYNC=5; TRAIN_BATCHES=45; VAL_BATCHES=1; CACHE=4
   ANCHOR_STEPS=30; STAGE_T=150
-  FRESH_WORKERS=12; FRESH_BATCHES=40; FRESH_VAL=4
+  FRESH_WORKERS=12; FRESH_BATCHES=80; FRESH_VAL=8
   RT_COMMON=(trainer=gpu strategy.backend=nccl)
   ANCHOR_DEV=()
   EMB_LOW=bf16
