@@ -47,7 +47,13 @@ class ArchParams:
     ~20 resident warps per SM to hide the key -> perm -> bag -> grad load chain; 32 would be
     179 / 110 registers and 8 warps per SM."""
     hot_block: int = 32
-    """Backward: partials added per step when combining a hot row."""
+    """Backward: per-block carries added per step when a hot row spans several hot blocks."""
+    hot_tiles: int = 16
+    """Backward: tiles per hot-row block. A hot row's fp32 tile partials are reduced in two
+    levels: every block of ``hot_tiles`` tiles sums its share of the row in parallel (one
+    program per block, 2 * hot_tiles partial slots in slot order), and the block where the row
+    ends adds the carries of the blocks before it (``hot_block`` at a time). A row seen 1e5
+    times at tile 16 spans ~390 blocks: ~390 parallel programs plus a ~13-step carry sum."""
 
 
 # Rationale (KERNELS.md has more): NVIDIA Hopper/Ampere reach full HBM bandwidth with 4-warp
@@ -68,7 +74,8 @@ ARCH_TABLE: dict[str, ArchParams] = {
         bwd_lanes=32,
         bwd_max_tile=512,
         bwd_elems_per_lane=4096,
-        hot_block=64,
+        hot_block=4,  # small, so the tests walk several carry chunks
+        hot_tiles=4,
     ),  # fmt: skip
 }
 
@@ -148,6 +155,7 @@ class LaunchConfig:
     waves_per_eu: int
     is_amd: bool
     hot_block: int = 0
+    hot_tiles: int = 0
 
     def launch_kwargs(self) -> dict[str, int]:
         kw = {"num_warps": self.num_warps, "num_stages": self.num_stages}
@@ -228,8 +236,8 @@ def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, in
 
     A row must be whole in one program (rowwise Adagrad needs the row's sum of squares), so
     ``block_d = next_pow2(max_dim)``; the tile holds ``bwd_lanes * bwd_elems_per_lane`` elements
-    (positions x columns), at most ``bwd_max_tile`` positions. ``hot_block`` = partials summed
-    per step by the hot-row kernel.
+    (positions x columns), at most ``bwd_max_tile`` positions. ``hot_tiles`` = tiles per
+    hot-row block, ``hot_block`` = block carries summed per step by the hot-row kernel.
     """
     p = ARCH_TABLE[arch_key(info)]
     block_d = max(16, _pow2_ceil(max_dim))  # narrower tiles hit the same Triton 3.6 bug
@@ -246,6 +254,7 @@ def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, in
         num_stages=p.num_stages,
         waves_per_eu=p.waves_per_eu,
         is_amd=info.backend == "rocm",
-        hot_block=max(1, min(p.hot_block, budget // block_d)),
+        hot_block=max(1, min(p.hot_block, 2 * budget // block_d)),
+        hot_tiles=p.hot_tiles,
     )
     return cfg, tile

@@ -16,6 +16,7 @@ Shapes and the jagged layout: :mod:`rocmtrain.kernels.layout`. Semantics: ``KERN
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from collections import OrderedDict
@@ -31,7 +32,31 @@ from .optim import OptimizerSpec, state_numel
 
 Pooling = Literal["sum", "mean"]
 BackendName = Literal["auto", "triton", "torch"]
+GraphMode = Literal["auto"] | bool
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_GRAPH_MODES = ("auto", True, False)
+_GRAPH_ENV = {"auto": "auto", "1": True, "0": False}
+_log = logging.getLogger(__name__)
+
+
+def _resolve_graph_mode(cuda_graph) -> str | bool:
+    """``cuda_graph`` argument (None: ``ROCMTRAIN_TBE_CUDA_GRAPH``, unset = "auto") -> mode."""
+    if cuda_graph is None:
+        env = os.environ.get("ROCMTRAIN_TBE_CUDA_GRAPH", "auto").strip().lower()
+        if env not in _GRAPH_ENV:
+            raise ValueError(
+                f"ROCMTRAIN_TBE_CUDA_GRAPH={env!r}: use one of {sorted(_GRAPH_ENV)} "
+                "('auto': graph replay once an input signature repeats; '1': always; '0': never)"
+            )
+        return _GRAPH_ENV[env]
+    if isinstance(cuda_graph, str) and cuda_graph == "auto":
+        return "auto"
+    if isinstance(cuda_graph, bool):
+        return cuda_graph
+    raise ValueError(
+        f"cuda_graph={cuda_graph!r}: use one of {_GRAPH_MODES} or None (the environment "
+        "variable ROCMTRAIN_TBE_CUDA_GRAPH, default 'auto')"
+    )
 
 
 def _resolve_backend(backend: str, device: torch.device) -> str:
@@ -88,7 +113,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         deterministic: bool = False,
         stochastic_rounding: bool = True,
         seed: int = 0,
-        cuda_graph: bool | None = None,
+        cuda_graph: GraphMode | None = None,
         pooling_factors: Sequence[float] | None = None,
         device: torch.device | str | None = None,
     ) -> None:
@@ -113,12 +138,13 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.stochastic_rounding = stochastic_rounding
         self.seed = int(seed)
         self.step = 0  #: optimizer steps applied (Adam bias correction, rounding noise stream)
-        # Triton backward replayed from a CUDA / HIP graph per static input shape: removes the
-        # host cost of its launches. Off by default: every new shape costs one capture and a
-        # graph's buffers; pays off when shapes repeat (fixed multi-hot batches).
-        if cuda_graph is None:  # the environment can switch it on for a whole run
-            cuda_graph = os.environ.get("ROCMTRAIN_TBE_CUDA_GRAPH", "0") == "1"
-        self.cuda_graph = bool(cuda_graph)
+        # Triton backward replayed from a CUDA / HIP graph per static input signature: removes
+        # the host cost of its launches. "auto" (default): capture once a signature repeats on
+        # consecutive calls, at most _MAX_GRAPHS graphs, eager again after _AUTO_MAX_SIGNATURES
+        # distinct signatures (variable-length batches); True: capture every signature; False:
+        # never. No effect on CPU / in the interpreter. The environment variable
+        # ROCMTRAIN_TBE_CUDA_GRAPH (auto / 1 / 0) sets it for modules built without the argument.
+        self.cuda_graph: str | bool = _resolve_graph_mode(cuda_graph)
         # mean bag length per feature (a hint, e.g. MLPerf's multi-hot sizes): one-hot and
         # multi-hot features are then launched with their own forward tiles
         if pooling_factors is not None and len(pooling_factors) != self.layout.num_features:
@@ -129,7 +155,12 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.pooling_factors = list(pooling_factors) if pooling_factors is not None else None
         self._groups: dict[str, list] = {}
         self._graphs: OrderedDict[tuple, Any] = OrderedDict()
+        self._graph_pool: tuple[str, Any] | None = None  # (device, pool handle) all graphs share
+        self._sig_last: tuple | None = None  # "auto": the previous call's signature
+        self._sigs_seen: set[tuple] = set()  # "auto": distinct signatures so far (bounded)
         self._scal: torch.Tensor | None = None
+        self._scal_vals: tuple | None = None  # the values now in self._scal
+        self._anchor: torch.Tensor | None = None
         lay = self.layout
         gen = torch.Generator(device=device).manual_seed(self.seed)
         w = torch.empty(lay.total_weights, dtype=torch.float32, device=device)
@@ -156,7 +187,12 @@ class TableBatchedEmbeddingBags(nn.Module):
         if self.bounds_check:
             reference.check_inputs(self.layout, indices, offsets)
         if torch.is_grad_enabled():
-            anchor = torch.empty(0, device=self.weights.device, requires_grad=True)
+            # one empty leaf that requires grad makes the output require grad whatever the
+            # inputs do; it never receives a gradient, so one per module (and device) serves
+            anchor = self._anchor
+            if anchor is None or anchor.device != self.weights.device:
+                anchor = self._anchor = torch.empty(0, device=self.weights.device,
+                                                    requires_grad=True)  # fmt: skip
             return _TBEFunction.apply(self, anchor, indices, offsets, per_sample_weights)
         return self._forward_impl(indices, offsets, per_sample_weights)
 
@@ -277,17 +313,24 @@ class TableBatchedEmbeddingBags(nn.Module):
             deterministic=self.deterministic,
         )
         if self.backend == "triton":
+            from .tbe_backward import _SCAL_LEN, scalar_values, write_scalars
             from .tbe_backward import backward_update as triton_backward
-            from .tbe_backward import fill_scalars
 
             dev = self.weights.device
             if self._scal is None or self._scal.device != dev:
-                self._scal = torch.empty(8, dtype=torch.float32, device=dev)
-            fill_scalars(self._scal, self.optimizer, self.step, seed)
+                self._scal = torch.empty(_SCAL_LEN, dtype=torch.float32, device=dev)
+                self._scal_vals = None
+            # the values change per step only for Adam (bias corrections) and stochastic
+            # rounding (seed); otherwise the device copy from the first step stays valid
+            vals = scalar_values(self.optimizer, self.step, seed, stochastic_rounding=sr)
+            if vals != self._scal_vals:
+                write_scalars(self._scal, vals)
+                self._scal_vals = vals
             args = (grad_out, indices, offsets, psw)
-            if self.cuda_graph and dev.type == "cuda":
-                dpsw = self._graphed_backward(triton_backward, args, seed=seed, **kw)
-            else:
+            done = False
+            if self.cuda_graph is not False and dev.type == "cuda":
+                done, dpsw = self._graphed_backward(triton_backward, args, seed=seed, **kw)
+            if not done:
                 dpsw = triton_backward(self.layout, self.weights.data, self.states(), *args,
                                        seed=seed, scal=self._scal, **kw)  # fmt: skip
         else:
@@ -300,24 +343,76 @@ class TableBatchedEmbeddingBags(nn.Module):
             dpsw = dpsw.to(psw.dtype)
         return dpsw
 
-    _MAX_GRAPHS = 4
+    _MAX_GRAPHS = 4  #: captured backward graphs kept per module (least recently used dropped)
+    _AUTO_MAX_SIGNATURES = 16  #: "auto": distinct input signatures before it stays eager
 
-    def _graphed_backward(self, triton_backward, args, **kw):
-        """The Triton backward replayed from a graph captured for this input shape.
-
-        First call per shape: inputs copied into static buffers and the backward run eagerly on
-        them (compiles exactly the kernel specialisations the capture will record, and applies
-        this step). Second call: capture. Every call after: copy inputs in, replay. The step's
-        optimizer scalars reach the graph through ``self._scal`` (filled before each replay).
-        """
+    def _graph_signature(self, args, kw) -> tuple:
+        """Everything the captured backward bakes in: input shapes / dtypes (the graph's static
+        buffers), the addresses of the weights, optimizer states and scalar tensor (the graph
+        writes and reads them in place), and the kernel variant (constexprs, the sort's
+        stability). Step-dependent values (lr, bias corrections, rounding seed) are not part of
+        it: they reach the graph through ``self._scal``, filled before every replay."""
         grad_out, indices, offsets, psw = args
-        key = (
-            self.weights.data_ptr(), indices.numel(), indices.dtype, offsets.numel(),
-            offsets.dtype, tuple(grad_out.shape), grad_out.dtype, psw is not None,
+        return (
+            str(self.weights.device), self.weights.data_ptr(), self.weights.dtype,
+            tuple(t.data_ptr() for t in self.states().values()), self._scal.data_ptr(),
+            indices.numel(), indices.dtype, offsets.numel(), offsets.dtype,
+            tuple(grad_out.shape), grad_out.dtype, psw is not None,
             psw.dtype if psw is not None else None, kw["need_psw_grad"], self.pooling,
             self.deterministic, kw["stochastic_rounding"], self.optimizer.kind,
         )  # fmt: skip
+
+    def _graph_off(self, message: str, *, warn: bool) -> None:
+        """Switch graph replay off for this module (eager from now on) and say so, once: a
+        Python warning for a failed capture (a backend problem), a log line when "auto" gives
+        up on varying shapes (expected for variable-length batches)."""
+        if warn:
+            warnings.warn(message, stacklevel=4)
+        else:
+            _log.warning(message)
+        self.cuda_graph = False
+        self._graphs.clear()
+        self._sigs_seen.clear()
+
+    def _graphed_backward(self, triton_backward, args, **kw) -> tuple[bool, Any]:
+        """The Triton backward replayed from a graph captured for this input signature.
+
+        Returns ``(True, d psw)`` when it ran the step (graph or static-buffer warm-up) and
+        ``(False, None)`` when the caller should run it eagerly on the inputs as they are.
+
+        Per signature: the first graph call copies the inputs into static buffers and runs the
+        backward eagerly on them (compiles exactly the kernel specialisations the capture will
+        record, sizes the sort's workspace, applies this step); the next captures and replays;
+        every call after copies the inputs in and replays. ``cuda_graph=True`` takes that path
+        for every signature; ``"auto"`` only once a signature has come twice in a row (a
+        variable-shape workload never pays a capture) and gives up after
+        ``_AUTO_MAX_SIGNATURES`` distinct ones. The step's optimizer scalars reach the graph
+        through ``self._scal`` (written before each replay when they change). All graphs share
+        one memory pool: each graph's output is cloned right after its replay, so a later
+        replay of another graph reusing that memory cannot clobber anything still read.
+        """
+        if torch.cuda.is_current_stream_capturing():  # inside the caller's own capture
+            return False, None
+        grad_out, indices, offsets, psw = args
+        key = self._graph_signature(args, kw)
         entry = self._graphs.get(key)
+        if entry is None and self.cuda_graph == "auto":
+            repeat = key == self._sig_last
+            self._sig_last = key
+            if not repeat:
+                if key not in self._sigs_seen:
+                    self._sigs_seen.add(key)
+                    if len(self._sigs_seen) > self._AUTO_MAX_SIGNATURES:
+                        self._graph_off(
+                            f"TableBatchedEmbeddingBags(cuda_graph='auto'): "
+                            f"{len(self._sigs_seen)} distinct backward input signatures (shapes "
+                            "vary per batch); graph replay off, the backward runs eagerly from "
+                            "now on (pass cuda_graph=False to skip the bookkeeping)",
+                            warn=False,
+                        )
+                return False, None
+        else:
+            self._sig_last = key
         if entry is not None:
             self._graphs.move_to_end(key)
             static = entry["static"]
@@ -329,7 +424,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                 "go": grad_out.contiguous().clone(), "idx": indices.clone(),
                 "off": offsets.clone(), "psw": psw.clone() if psw is not None else None,
             }  # fmt: skip
-            entry = {"static": static, "graph": None, "out": None}
+            entry = {"static": static, "graph": None, "out": None, "warm": False}
             self._graphs[key] = entry
             while len(self._graphs) > self._MAX_GRAPHS:
                 self._graphs.popitem(last=False)
@@ -340,25 +435,27 @@ class TableBatchedEmbeddingBags(nn.Module):
                 static["off"], static["psw"], scal=self._scal, **kw,
             )  # fmt: skip
 
-        if entry["graph"] is None and entry.get("warm"):
+        if entry["graph"] is None and entry["warm"]:
+            dev = str(self.weights.device)
+            if self._graph_pool is None or self._graph_pool[0] != dev:
+                self._graph_pool = (dev, torch.cuda.graph_pool_handle())
             graph = torch.cuda.CUDAGraph()
             try:
-                with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                with torch.cuda.graph(graph, pool=self._graph_pool[1],
+                                      capture_error_mode="thread_local"):  # fmt: skip
                     entry["out"] = run()
                 entry["graph"] = graph
             except Exception as e:  # a backend that cannot capture: stay eager, say so once
-                warnings.warn(
-                    f"TableBatchedEmbeddingBags(cuda_graph=True): capturing the backward failed "
-                    f"({type(e).__name__}: {e}); running it eagerly from now on",
-                    stacklevel=2,
+                self._graph_off(
+                    f"TableBatchedEmbeddingBags(cuda_graph={self.cuda_graph!r}): capturing the "
+                    f"backward failed ({type(e).__name__}: {e}); running it eagerly from now on",
+                    warn=True,
                 )
-                self.cuda_graph = False
-                self._graphs.clear()
-                return run()
+                return True, run()  # nothing ran during the failed capture: this step, eagerly
         if entry["graph"] is None:
             entry["warm"] = True
             out = run()
         else:
             entry["graph"].replay()
             out = entry["out"]
-        return out.clone() if out is not None else None
+        return True, (out.clone() if out is not None else None)

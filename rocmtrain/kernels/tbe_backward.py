@@ -5,17 +5,18 @@ No dense ``[rows, D]`` gradient, no float atomics, no host sync:
 1. ``_keys_kernel``: every index position gets its global row key ``row_offset[table] + index``
    (a sentinel past the last row for out-of-range indices); ``torch.sort`` groups equal rows
    (stable in deterministic mode: a row's occurrences are then summed in input order).
-2. ``_flags_kernel`` + ``torch.nonzero_static``: chunk starts = segment starts plus every
-   ``CHUNK``-th sorted position, so no chunk is longer than ``CHUNK`` positions.
-3. ``_bwd_chunk_kernel``, ``BLOCK_C`` chunks per program: sums each chunk's gradient rows
-   (``grad_out`` row of its bag x per-sample weight x 1/len for MEAN) in fp32, writes
-   d per_sample_weights, and - when the chunk is its row's whole segment (the common case) -
-   applies SGD / rowwise Adagrad / Adam and stores the row (stochastic rounding for fp16/bf16).
-   A chunk of a longer ("hot") segment writes an fp32 partial to slot ``2*tile + (not at tile
-   start)`` instead (``tile = start // CHUNK``; at most two such chunks per tile).
-4. ``_bwd_hot_kernel``, one lane per tile: the tile holding a hot segment's last chunk adds the
-   segment's partials (walking back tile by tile, fixed order) and applies the update. A row seen
-   1e5 times is ~400 parallel chunk programs plus one 400-step sum, never a serial loop over 1e5.
+2. ``_bwd_tile_kernel``, one program per ``TILE`` sorted positions: gathers the gradient rows
+   (``grad_out`` row of the bag x per-sample weight x 1/len for MEAN), sums each row's run in
+   fp32 (segmented scan), writes d per_sample_weights, and applies SGD / rowwise Adagrad / Adam
+   where a row's run is whole in the tile (stochastic rounding for fp16/bf16). A run cut by a
+   tile border leaves an fp32 partial instead: slot ``2t`` (continues from tile t-1) or
+   ``2t + 1`` (runs into tile t+1).
+3. Hot rows (runs across tile borders), two levels over hot blocks of ``HT`` tiles:
+   ``_bwd_hot_carry_kernel`` stores, per block that a run leaves, the run's sum over the block;
+   ``_bwd_hot_kernel`` sums every run ending in its block over the block (fixed slot order), adds
+   the carries of the blocks a run covered (walking back, fixed order) and updates the rows.
+   A row seen 1e5 times is ~6,000 parallel tile programs, ~390 parallel block programs and a
+   ~13-step carry sum, never a serial loop over its occurrences.
 
 Usage (what the module calls)::
 
@@ -201,8 +202,8 @@ def _bwd_tile_kernel(
             offsets_ptr + bag, mask=kv, other=0
         )
         g = g / tl.maximum(n, 1).to(tl.float32)[:, None]
-    if NEED_DPSW:
-        tl.store(dpsw_ptr + orig, tl.sum(g * w, axis=1), mask=kv)
+    if NEED_DPSW:  # every position (0 where the index is out of range): no memset before
+        tl.store(dpsw_ptr + orig, tl.sum(g * w, axis=1), mask=qm)
     if HAS_PSW:
         g = g * tl.load(psw_ptr + orig, mask=kv, other=0.0).to(tl.float32)[:, None]
     if SCAN:  # GPU: segmented inclusive scan; at a piece's last position it holds the sum
@@ -220,73 +221,166 @@ def _bwd_tile_kernel(
 
 
 @triton.jit
+def _tile_cuts(sorted_keys_ptr, j, N, total_rows, TILE: tl.constexpr):
+    """Tiles ``j`` (scalar or vector): first / last key and whether the tile's first position
+    continues a segment from the tile before (``head``) or its last one runs into the next tile
+    (``tail``). Mirrors the cut logic of ``_bwd_tile_kernel`` (sentinel keys are never cut)."""
+    p0 = j * TILE
+    inb = p0 < N
+    p1 = tl.minimum(p0 + TILE, N) - 1
+    # (masks are plain comparisons: a bool combined with a scalar bool turns int32 in the
+    # interpreter, which its loads reject)
+    k0 = tl.load(sorted_keys_ptr + p0, mask=inb, other=total_rows).to(tl.int64)
+    kp = tl.load(sorted_keys_ptr + p0 - 1, mask=tl.where(inb, p0, 0) > 0, other=-1).to(tl.int64)
+    k1 = tl.load(sorted_keys_ptr + p1, mask=inb, other=total_rows).to(tl.int64)
+    kn = tl.load(sorted_keys_ptr + p1 + 1, mask=tl.where(inb, p1 + 1, N) < N,
+                 other=-1).to(tl.int64)  # fmt: skip
+    # keys past N load as total_rows / -1: never equal to a neighbour, never below total_rows
+    head = tl.where(kp == k0, k0, total_rows) < total_rows
+    tail = tl.where(kn == k1, k1, total_rows) < total_rows
+    return k0, k1, head, tail
+
+
+@triton.jit
+def _hot_block_sums(
+    sorted_keys_ptr, partial_ptr, jb, tkey, tmask, N, total_rows,
+    TILE: tl.constexpr, HT: tl.constexpr, R: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """``[R, BLOCK_D]``: for each target key ``tkey`` (``tmask`` selects), the sum of its fp32
+    tile partials in the hot block of tiles ``[jb, jb + HT)``, added in slot order (tile by
+    tile: the head piece, slot ``2j``, then the tail piece, slot ``2j + 1``): a fixed order.
+
+    A tile's head piece belongs to the segment running in from the tile before; its tail piece
+    (a segment starting in the tile and running on) exists unless the whole tile is one key that
+    was already cut at the start (then the tile kernel stored the single piece in slot ``2j``).
+    """
+    ds = tl.arange(0, BLOCK_D)
+    acc = tl.zeros([R, BLOCK_D], dtype=tl.float32)
+    for i in tl.static_range(HT):
+        j = jb + i
+        k0, k1, head, tail = _tile_cuts(sorted_keys_ptr, j, N, total_rows, TILE)
+        # the tail piece has its own slot unless the tile is one key already cut at the start
+        odd = tl.where(tail, tl.where(head, (k0 != k1).to(tl.int32), 1), 0) > 0
+        pe = tl.load(partial_ptr + (2 * j) * BLOCK_D + ds, mask=tl.where(head, ds, BLOCK_D) < BLOCK_D,
+                     other=0.0)  # fmt: skip
+        po = tl.load(partial_ptr + (2 * j + 1) * BLOCK_D + ds,
+                     mask=tl.where(odd, ds, BLOCK_D) < BLOCK_D, other=0.0)  # fmt: skip
+        te = tl.where(tmask, tl.where(head, (tkey == k0).to(tl.int32), 0), 0) > 0
+        to = tl.where(tmask, tl.where(odd, (tkey == k1).to(tl.int32), 0), 0) > 0
+        acc += tl.where(te[:, None], pe[None, :], 0.0)
+        acc += tl.where(to[:, None], po[None, :], 0.0)
+    return acc
+
+
+@triton.jit
+def _bwd_hot_carry_kernel(
+    sorted_keys_ptr, partial_ptr, carry_ptr, start_ptr, N, total_rows,
+    TILE: tl.constexpr, HT: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """Hot-row level 1, program b = hot block b (tiles ``[b*HT, (b+1)*HT)``): when a segment runs
+    out of the block into the next one, store its fp32 sum over this block in ``carry[b]`` and
+    in ``start[b]`` whether the segment started in this block (1) or runs through it (0). Blocks
+    no segment leaves write nothing (their rows are never read)."""
+    b = tl.program_id(0).to(tl.int64)
+    jb = b * HT
+    k0l, k1l, headl, taill = _tile_cuts(sorted_keys_ptr, jb + HT - 1, N, total_rows, TILE)
+    if taill:
+        tkey = tl.zeros([1], dtype=tl.int64) + k1l
+        acc = _hot_block_sums(sorted_keys_ptr, partial_ptr, jb, tkey, tkey >= 0, N, total_rows,
+                              TILE, HT, 1, BLOCK_D)  # fmt: skip
+        ds = tl.arange(0, BLOCK_D)
+        tl.store(carry_ptr + b * BLOCK_D + ds[None, :], acc)
+        k0f, k1f, headf, tailf = _tile_cuts(sorted_keys_ptr, jb, N, total_rows, TILE)
+        through = tl.where(headf, (k0f == k1l).to(tl.int32), 0)
+        tl.store(start_ptr + b, 1 - through)
+
+
+@triton.jit
 def _bwd_hot_kernel(
     weights_ptr, mom_ptr, m1_ptr, m2_ptr, sorted_keys_ptr, perm_ptr, bags_ptr, partial_ptr,
-    scal_ptr, N, B, total_rows, f_woff_ptr, f_roff_ptr, f_dim_ptr,
+    carry_ptr, start_ptr, scal_ptr, N, B, total_rows, f_woff_ptr, f_roff_ptr, f_dim_ptr,
     OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, TILE: tl.constexpr,
-    VEC: tl.constexpr, DIM: tl.constexpr,
-    NBITS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    VEC: tl.constexpr, DIM: tl.constexpr, HT: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    """Program t owns the segment that runs into tile t from before and ends in it: binary-search
-    the segment start, add its partials BLOCK_T at a time in tile order (deterministic: slot
-    ``2*ts + 1`` of the start tile, then slot ``2*j`` of every later tile), update the row."""
-    t = tl.program_id(0) + tl.zeros([1], dtype=tl.int64)  # [1]-vectors keep one code path
-    p0 = t * TILE
-    tm = (p0 < N) & (p0 > 0)
-    key = tl.load(sorted_keys_ptr + p0, mask=tm, other=total_rows).to(tl.int64)
-    kv = tm & (key < total_rows)
-    kprev = tl.load(sorted_keys_ptr + p0 - 1, mask=kv, other=-1).to(tl.int64)
-    knext = tl.load(sorted_keys_ptr + p0 + TILE, mask=kv & (p0 + TILE < N), other=-1)
-    own = kv & (kprev == key) & (knext.to(tl.int64) != key)
-    if tl.max(own.to(tl.int32), axis=0) > 0:  # most tiles own no hot row: exit early
-        lo = p0 * 0
-        hi = tl.where(own, p0, 0)
-        for _ in range(NBITS):  # lower_bound(key) in sorted_keys[0:p0]
-            srch = lo < hi
-            mid = (lo + hi) // 2
-            km = tl.load(sorted_keys_ptr + mid, mask=srch, other=0).to(tl.int64)
-            right = km < key
-            lo = tl.where(srch & right, mid + 1, lo)
-            hi = tl.where(srch & ~right, mid, hi)
-        bag = tl.load(bags_ptr + tl.load(perm_ptr + p0, mask=own, other=0), mask=own, other=0)
-        D, wrow, ds, dm, w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, key,
-                                        bag // B, own, 1, VEC, DIM, BLOCK_D)  # fmt: skip
-        g = tl.zeros([BLOCK_D], dtype=tl.float32)
-        js = tl.arange(0, BLOCK_T)
-        first = tl.max(tl.where(own, lo // TILE, t + 1), axis=0)
-        last = tl.max(t, axis=0)
-        for j0 in range(first, last + 1, BLOCK_T):
-            j = j0 + js
-            slot = 2 * j + (j == first).to(tl.int64)
-            g += tl.sum(tl.load(partial_ptr + slot[:, None] * BLOCK_D + ds[None, :],
-                                mask=(j <= last)[:, None] & dm, other=0.0), axis=0)  # fmt: skip
+    """Hot-row level 2, program b = hot block b: every cut segment that ends in one of the
+    block's tiles (at most one per tile) is summed over the block (:func:`_hot_block_sums`);
+    the one that ran in from before the block (at most one) adds the carries of the blocks it
+    covers, walking back ``BLOCK_T`` blocks at a time to the block where it started; then the
+    rows are updated together. Fixed summation order: deterministic."""
+    b = tl.program_id(0).to(tl.int64)
+    jb = b * HT
+    hs = tl.arange(0, HT)
+    k0, k1, head, tail = _tile_cuts(sorted_keys_ptr, jb + hs, N, total_rows, TILE)
+    own = tl.where(head, tl.where(tail, (k1 != k0).to(tl.int32), 1), 0) > 0  # a segment ends here
+    if tl.max(own.to(tl.int32), axis=0) > 0:  # most blocks own no hot row: exit early
+        g = _hot_block_sums(sorted_keys_ptr, partial_ptr, jb, k0, own, N, total_rows,
+                            TILE, HT, HT, BLOCK_D)  # fmt: skip
+        kb = tl.sum(tl.where(hs == 0, k0, 0), axis=0)
+        hb = tl.sum(tl.where(hs == 0, head.to(tl.int32), 0), axis=0)
+        cont = tl.where(own, tl.where(k0 == kb, hb, 0), 0) > 0  # it ran in from the block before
+        ds = tl.arange(0, BLOCK_D)
+        carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+        if tl.max(cont.to(tl.int32), axis=0) > 0:
+            ts = tl.arange(0, BLOCK_T)
+            cur = b - 1
+            more = cur >= 0
+            while more:  # blocks cur, cur-1, ...: up to and including the segment's start
+                bs = cur - ts
+                bm = bs >= 0
+                st = tl.load(start_ptr + bs, mask=bm, other=1)
+                cv = tl.load(carry_ptr + bs[:, None] * BLOCK_D + ds[None, :],
+                             mask=tl.broadcast_to(bm[:, None], [BLOCK_T, BLOCK_D]),
+                             other=0.0)  # fmt: skip
+                kst = tl.min(tl.where(st != 0, ts, BLOCK_T), axis=0)
+                inc = tl.where(bm, ts, BLOCK_T) <= kst  # up to and including the start block
+                carry += tl.sum(tl.where(inc[:, None], cv, 0.0), axis=0)
+                cur = cur - BLOCK_T
+                more = kst >= BLOCK_T
+        g += tl.where(cont[:, None], carry[None, :], 0.0)
+        bag = tl.load(bags_ptr + tl.load(perm_ptr + (jb + hs) * TILE, mask=own, other=0),
+                      mask=own, other=0)  # fmt: skip
+        D, wrow, ds, dm, w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, k0,
+                                        bag // B, own, HT, VEC, DIM, BLOCK_D)  # fmt: skip
         lr, eps, beta1, beta2, wd, c1, c2, seed = _load_scalars(scal_ptr)
-        _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, own, D, w, g[None, :],
+        _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, k0, wrow, ds, own, D, w, g,
                      lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP, VEC)  # fmt: skip
 
 
 _SCAL_LEN = 8  # lr, eps, beta1, beta2, weight decay, c1, c2, seed (int32 bits)
 
 
-def fill_scalars(scal: torch.Tensor, spec: OptimizerSpec, step: int, seed: int) -> None:
-    """Write this step's optimizer scalars into the device tensor ``scal`` without a host sync.
+def scalar_values(
+    spec: OptimizerSpec, step: int, seed: int, *, stochastic_rounding: bool
+) -> tuple[float | int, ...]:
+    """This step's optimizer scalars, in ``scal`` order. Values a kernel variant never reads are
+    pinned to constants (bias corrections 1.0 unless Adam, seed 0 without stochastic rounding),
+    so for SGD / rowwise Adagrad on fp32 weights they are the same every step and the module can
+    skip the per-step host-to-device copy (:func:`write_scalars`)."""
+    adam = spec.kind == "adam"
+    return (
+        spec.lr, spec.eps, spec.beta1, spec.beta2, spec.weight_decay,
+        1.0 - spec.beta1**step if adam else 1.0, 1.0 - spec.beta2**step if adam else 1.0,
+        int(seed) if stochastic_rounding else 0,
+    )  # fmt: skip
+
+
+def write_scalars(scal: torch.Tensor, vals: tuple[float | int, ...]) -> None:
+    """Write :func:`scalar_values` into the fp32 [8] device tensor ``scal`` without a host sync.
 
     The values go through a fresh pinned buffer from torch's caching host allocator, which keeps
     the buffer alive until the asynchronous copy has run, so the host never waits for the GPU
-    and a later step cannot overwrite a copy still in flight.
+    and a later step cannot overwrite a copy still in flight. The seed travels as int32 bits.
     """
-    vals = torch.tensor(
-        [spec.lr, spec.eps, spec.beta1, spec.beta2, spec.weight_decay,
-         1.0 - spec.beta1**step, 1.0 - spec.beta2**step, 0.0],
-        dtype=torch.float32,
-    )  # fmt: skip
-    vals.view(torch.int32)[7] = int(seed)
-    if scal.device.type == "cpu":
-        scal.copy_(vals)
-    else:
-        host = torch.empty(_SCAL_LEN, dtype=torch.float32, pin_memory=True)
-        host.copy_(vals)
-        scal.copy_(host, non_blocking=True)
+    host = torch.tensor(vals[:7] + (0.0,), dtype=torch.float32,
+                        pin_memory=scal.device.type != "cpu")  # fmt: skip
+    host.view(torch.int32)[7] = int(vals[7])
+    scal.copy_(host, non_blocking=scal.device.type != "cpu")
+
+
+def fill_scalars(scal: torch.Tensor, spec: OptimizerSpec, step: int, seed: int) -> None:
+    """:func:`write_scalars` of this step's values (rounding seed always included)."""
+    write_scalars(scal, scalar_values(spec, step, seed, stochastic_rounding=True))
 
 
 def backward_update(
@@ -309,25 +403,28 @@ def backward_update(
 ) -> torch.Tensor | None:
     """Apply the fused optimizer to the rows touched by this batch; return d per_sample_weights.
 
-    Three Triton launches and one ``torch.sort``; no host sync and no data-dependent host shape,
-    so the whole call can be captured in a CUDA / HIP graph. ``scal`` (fp32 [8]) holds the
-    step's optimizer scalars; when None it is filled here (a graph passes its own, filled by
-    :func:`fill_scalars` before each replay).
+    Up to four Triton launches (keys; tiles; hot-row carries, only when the batch spans more
+    than one hot block; hot rows) and one ``torch.sort``; no host sync and no data-dependent
+    host shape, so the whole call can be captured in a CUDA / HIP graph. ``scal`` (fp32 [8])
+    holds the step's optimizer scalars; when None it is filled here (the module passes its own,
+    filled by :func:`write_scalars` when the values change, so a graph replays the current ones).
     """
     B = layout.batch_size(offsets)
     N = indices.numel()
     F = layout.num_features
     dev = weights.device
-    dpsw = torch.zeros(N, dtype=torch.float32, device=dev) if need_psw_grad else None
     if N == 0 or B == 0:
-        return dpsw
+        return torch.zeros(N, dtype=torch.float32, device=dev) if need_psw_grad else None
+    # every position's d psw is written by the tile kernel (0 for out-of-range indices): no memset
+    dpsw = torch.empty(N, dtype=torch.float32, device=dev) if need_psw_grad else None
     meta = layout.meta(dev)
     info = _device_info(dev.index)
     total_rows = layout.total_rows
     cfg, tile = backward_config(info, max_dim=layout.max_dim)
+    sr = bool(stochastic_rounding and weights.dtype != torch.float32)
     if scal is None:
         scal = torch.empty(_SCAL_LEN, dtype=torch.float32, device=dev)
-        fill_scalars(scal, spec, step, seed)
+        write_scalars(scal, scalar_values(spec, step, seed, stochastic_rounding=sr))
 
     # 1. global row key and bag per position; one sort groups a row's occurrences (int32 keys
     #    when the row ids fit: half the radix passes of int64)
@@ -345,7 +442,7 @@ def backward_update(
     n_tiles = triton.cdiv(N, tile)
     partial = torch.empty(2 * n_tiles, cfg.block_d, dtype=torch.float32, device=dev)
     opt = dict(
-        OPT=_OPT_CODE[spec.kind], SR=bool(stochastic_rounding and weights.dtype != torch.float32),
+        OPT=_OPT_CODE[spec.kind], SR=sr,
         SR_DROP=16 if weights.dtype == torch.bfloat16 else 13, TILE=tile,
         VEC=_vec(layout), DIM=_uniform_dim(layout),
     )  # fmt: skip
@@ -364,11 +461,23 @@ def backward_update(
         BLOCK_D=cfg.block_d, SCAN=info.backend != "cpu", **opt, **cfg.launch_kwargs(),
     )  # fmt: skip
 
-    # 3. hot rows (segments across tile borders): combine partials in tile order, update
+    # 3. hot rows (segments across tile borders), two levels: hot blocks of ``hot_tiles`` tiles
+    #    sum their share of each cut segment in parallel; the block where a segment ends adds
+    #    the carries of the blocks before it (fixed order) and updates the row
     if N > tile:
-        _bwd_hot_kernel[(n_tiles,)](
-            weights, mom, m1, m2, sorted_keys, perm, bags, partial, scal, N, B, total_rows,
-            meta.weights_offset, meta.row_offset, meta.dim, NBITS=max(1, N.bit_length()),
+        ht = cfg.hot_tiles
+        n_blocks = triton.cdiv(n_tiles, ht)
+        carry = start = scal  # one block: no segment leaves it, no carries
+        if n_blocks > 1:
+            carry = torch.empty(n_blocks, cfg.block_d, dtype=torch.float32, device=dev)
+            start = torch.empty(n_blocks, dtype=torch.int32, device=dev)
+            _bwd_hot_carry_kernel[(n_blocks,)](
+                sorted_keys, partial, carry, start, N, total_rows,
+                TILE=tile, HT=ht, BLOCK_D=cfg.block_d, **cfg.launch_kwargs(),
+            )  # fmt: skip
+        _bwd_hot_kernel[(n_blocks,)](
+            weights, mom, m1, m2, sorted_keys, perm, bags, partial, carry, start, scal, N, B,
+            total_rows, meta.weights_offset, meta.row_offset, meta.dim, HT=ht,
             BLOCK_T=cfg.hot_block, BLOCK_D=cfg.block_d, **opt, **cfg.launch_kwargs(),
         )  # fmt: skip
     return dpsw

@@ -1,7 +1,9 @@
 """Benchmark rocmtrain's TBE against FBGEMM TBE and torch.nn.EmbeddingBag, in interleaved rounds.
 
-Providers: ``ours`` (rocmtrain.kernels, Triton), ``ours_graph`` (same, backward replayed from a CUDA
-graph: ``cuda_graph=True``; training modes only), ``fbgemm`` (SplitTableBatchedEmbeddingBagsCodegen,
+Providers: ``ours`` (rocmtrain.kernels, Triton, the module's default: ``cuda_graph="auto"``, i.e. the
+backward replayed from a CUDA graph once its input signature repeats; ``ROCMTRAIN_TBE_CUDA_GRAPH=0``
+makes it the eager path), ``ours_graph`` (same with ``cuda_graph=True``: a graph for every
+signature; training modes only), ``fbgemm`` (SplitTableBatchedEmbeddingBagsCodegen,
 skipped with a note when fbgemm_gpu is missing), ``torch_dense`` / ``torch_sparse``
 (nn.EmbeddingBag + SGD). Modes: ``fwd``, ``fwd+bwd+sgd`` (EXACT SGD), ``fwd+bwd+adagrad``
 (rowwise Adagrad; not in torch). Every provider is checked against an fp64 reference on fresh
@@ -163,10 +165,11 @@ class Ours:
     name = "ours"
 
     def __init__(self, case, dev, kind, graph=False):
-        self.graph = graph
+        self.graph = True  # default "auto" or True: warm the graph before the checked step
         self.m = TableBatchedEmbeddingBags(
             [(r, case.dim) for r in case.rows], optimizer=OptimizerSpec(kind, lr=LR),
-            weights_dtype=case.dtype, bounds_check=False, cuda_graph=graph, device=dev,
+            weights_dtype=case.dtype, bounds_check=False, device=dev,
+            cuda_graph=True if graph else None,  # None: the default / ROCMTRAIN_TBE_CUDA_GRAPH
             pooling_factors=[float(L) for L in case.hot] if len(case.hot) > 1 else None,
         )  # fmt: skip
 
@@ -261,7 +264,8 @@ def _check_one(name, p, sub, Bc, idx, off, grad, kind) -> dict:
     ref = reference_forward(W, sub, Bc, idx)
     step_ref = reference_sgd(W, sub, Bc, idx, grad) if kind == "sgd" else None
     if getattr(p, "graph", False) and step_ref is not None:
-        for _ in range(2):  # zero-grad steps (no change): eager run, capture; next = replay
+        for _ in range(2):  # zero-grad steps (no change); the checked step is then a graph one
+            # (True: warm-up, capture+replay, replay; "auto": eager, warm-up, capture+replay)
             p.fwd(idx, off).backward(torch.zeros_like(grad))
     with torch.no_grad():
         r = {"fwd": rel_err(p.fwd(idx, off), ref)}

@@ -37,7 +37,13 @@ def _capture(info, *, tables, wdtype, kind):
     import rocmtrain.kernels.tbe_forward as tf
 
     calls = []
-    for k in (tf._tbe_fwd_kernel, tb._keys_kernel, tb._bwd_tile_kernel, tb._bwd_hot_kernel):
+    for k in (
+        tf._tbe_fwd_kernel,
+        tb._keys_kernel,
+        tb._bwd_tile_kernel,
+        tb._bwd_hot_carry_kernel,
+        tb._bwd_hot_kernel,
+    ):
         k.run = lambda *a, k=k, grid, warmup, **kw: calls.append((k, a, kw))
     tf._device_info = tb._device_info = lambda idx: info
     m = TableBatchedEmbeddingBags(tables, optimizer=OptimizerSpec(kind), weights_dtype=wdtype,
@@ -91,9 +97,8 @@ def check(arch: str, dtype: str, kind: str) -> None:
               else GPUTarget("hip", info.arch, 64))  # fmt: skip
     calls = _capture(info, tables=[(3000, 128), (2000, 128)], wdtype=wdtype, kind=kind)
     names = [k.__name__ for k, _, _ in calls]
-    assert names == ["_tbe_fwd_kernel", "_keys_kernel", "_bwd_tile_kernel", "_bwd_hot_kernel"], (
-        names
-    )
+    assert names == ["_tbe_fwd_kernel", "_keys_kernel", "_bwd_tile_kernel",
+                     "_bwd_hot_carry_kernel", "_bwd_hot_kernel"], names  # fmt: skip
     for kernel, args, kwargs in calls:
         if info.backend == "rocm" and kernel.__name__ != "_keys_kernel":
             assert kwargs.get("waves_per_eu") == 2, kernel.__name__
@@ -120,7 +125,7 @@ def test_kernels_compile_for_nvidia_and_amd_and_vectorise():
     proc = subprocess.run([sys.executable, __file__, *args], env=env, cwd=root,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert proc.stdout.count("compiled ") == 4 * len(COMBOS)
+    assert proc.stdout.count("compiled ") == 5 * len(COMBOS)
     assert "compiled _tbe_fwd_kernel for sm_90" in proc.stdout
     assert "compiled _bwd_tile_kernel for gfx942" in proc.stdout
 

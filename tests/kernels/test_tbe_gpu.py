@@ -122,20 +122,23 @@ def test_gpu_bounds_check():
         m(torch.tensor([1, 10], device="cuda"), torch.tensor([0, 1, 2], device="cuda"))
 
 
+@pytest.mark.parametrize("mode", [True, "auto"])
 @pytest.mark.parametrize("kind,wdtype", [("adam", torch.bfloat16), ("rowwise_adagrad", torch.float32),
                                          ("sgd", torch.float16)])  # fmt: skip
-def test_gpu_cuda_graph_backward_is_bitwise_the_eager_one(kind, wdtype):
-    """cuda_graph=True (eager run, capture, replays) gives bitwise the eager module's weights and
-    states over 4 steps with new inputs each step (Adam's bias correction and the rounding seed
-    change per step, so the device scalars must reach the graph), psw gradients included."""
+def test_gpu_cuda_graph_backward_is_bitwise_the_eager_one(kind, wdtype, mode):
+    """cuda_graph=True / "auto" (eager runs, warm-up on static buffers, captures, replays) gives
+    bitwise the eager module's weights, states and psw gradients over 11 steps with new inputs
+    each step (Adam's bias correction and the rounding seed change per step, so the device
+    scalars must reach the graph) and batch sizes switching between three signatures: 257 and
+    130 get graphs (shared pool), 64 comes once (True: warm-up only; "auto": eager)."""
     opt = OPTS[kind]
     mods = [TableBatchedEmbeddingBags(TABLES, feature_table_map=FMAP,
                                       optimizer=OptimizerSpec(**opt), weights_dtype=wdtype,
                                       backend="triton", deterministic=True, cuda_graph=cg,
-                                      device="cuda", seed=4) for cg in (False, True)]  # fmt: skip
+                                      device="cuda", seed=4) for cg in (False, mode)]  # fmt: skip
     g = torch.Generator().manual_seed(0)
-    B, L = 257, 3
-    for step in range(4):
+    L = 3
+    for step, B in enumerate([257, 257, 257, 257, 130, 130, 257, 130, 130, 64, 257]):
         idx = torch.cat([torch.randint(0, TABLES[t][0], (B * L,), generator=g) for t in FMAP])
         idx[:50] = 7  # a hot row across tiles
         off = torch.arange(0, len(FMAP) * B * L + 1, L)
@@ -151,13 +154,70 @@ def test_gpu_cuda_graph_backward_is_bitwise_the_eager_one(kind, wdtype):
         assert torch.equal(mods[0].weights, mods[1].weights), f"step {step}: weights differ"
         for name in mods[0].optimizer.state_names:
             assert torch.equal(getattr(mods[0], name), getattr(mods[1], name)), name
-        assert torch.equal(dpsw[0], dpsw[1])
-    assert mods[1]._graphs and all(e["graph"] is not None for e in mods[1]._graphs.values())
+        assert torch.equal(dpsw[0], dpsw[1]), f"step {step}: d psw differs"
+    graphs = [e["graph"] for e in mods[1]._graphs.values()]
+    assert mods[1].cuda_graph == mode, "graph replay was switched off (capture failed?)"
+    assert sum(gr is not None for gr in graphs) == 2, graphs
+    assert not mods[0]._graphs
+
+
+def _zipf_indices(rows, n, g, s=1.15):
+    """Zipf(s) ranks scattered over the table (hot rows of every size)."""
+    p = torch.arange(1, rows + 1, dtype=torch.float64) ** -s
+    idx = torch.multinomial(p / p.sum(), n, replacement=True, generator=g)
+    return torch.randperm(rows, generator=g)[idx]
+
+
+@pytest.mark.parametrize("kind", ["sgd", "rowwise_adagrad"])
+def test_gpu_zipf_hot_rows_match_fp64_and_graph(kind):
+    """Zipf(1.15) over 200k rows, B=4096, L=32, D=128 (top row ~21k times: ~80 hot blocks, a
+    3-step carry walk; thousands of rows cut across tiles): every touched row vs its fp64
+    update (tolerance: fp32 sums of n terms), bitwise repeatable in deterministic mode, and the
+    "auto" graph bitwise the eager step over 4 steps (captured on the 3rd, replayed on the 4th)."""
+    rows, D, B, L, lr = 200_000, 128, 4096, 32, 0.1
+    g = torch.Generator().manual_seed(3)
+    steps = []
+    for _ in range(4):
+        idx = _zipf_indices(rows, B * L, g)
+        steps.append((idx.cuda(), torch.arange(0, B * L + 1, L).cuda(),
+                      torch.randn(B, D, generator=g).cuda()))  # fmt: skip
+    mods = [TableBatchedEmbeddingBags([(rows, D)], optimizer=OptimizerSpec(kind, lr=lr),
+                                      backend="triton", deterministic=True, cuda_graph=cg,
+                                      device="cuda", seed=1)
+            for cg in (False, False, "auto")]  # fmt: skip
+    for i, (idx, off, grad) in enumerate(steps):
+        w0 = mods[0].weights.detach().double().view(rows, D).clone()
+        m0 = mods[0].momentum.double().clone() if kind == "rowwise_adagrad" else None
+        for m in mods:
+            m(idx, off).backward(grad)
+        torch.cuda.synchronize()
+        assert torch.equal(mods[0].weights, mods[1].weights), "deterministic: not repeatable"
+        assert torch.equal(mods[0].weights, mods[2].weights), f"step {i}: graph != eager"
+        # fp64 reference of this step from the eager module's weights before it
+        G = torch.zeros(rows, D, dtype=torch.float64, device="cuda")
+        G.index_add_(0, idx, grad.double()[torch.arange(B * L, device="cuda") // L])
+        n = torch.bincount(idx, minlength=rows)
+        t = n > 0
+        gmax = grad.abs().max().item()
+        err = 12 * 2.0**-24 * n[t].double() * gmax  # fp32 sum of n terms, worst case
+        if kind == "sgd":
+            want = w0[t] - lr * G[t]
+            tol = lr * err + 1e-5
+        else:
+            mom = m0[t] + (G[t] ** 2).mean(1)
+            want = w0[t] - lr * G[t] / (mom.sqrt() + 1e-8)[:, None]
+            tol = 4 * lr * err / mom.sqrt() + 1e-5  # G error also enters the momentum
+            torch.testing.assert_close(mods[0].momentum.double()[t], mom, rtol=1e-4, atol=1e-6)
+        got = mods[0].weights.double().view(rows, D)[t]
+        bad = ((got - want).abs().amax(1) > tol).nonzero()
+        assert bad.numel() == 0, f"step {i}: {bad.numel()} rows off, e.g. n={n[t][bad[0]].item()}"
+    assert any(e["graph"] is not None for e in mods[2]._graphs.values())
 
 
 def test_gpu_forward_feature_groups_and_backward_kernel_count():
     """pooling_factors: one-hot and multi-hot features in two launches, output vs the oracle;
-    one backward runs 3 Triton kernels plus torch.sort's passes and no compaction / gather."""
+    one backward runs 4 Triton kernels (keys, tiles, hot-row carries - ~3,000 positions span
+    several hot blocks -, hot rows) plus torch.sort's passes and no compaction / gather."""
     fmap = [0, 1, 0, 2, 3]
     m = TableBatchedEmbeddingBags(TABLES, feature_table_map=fmap, backend="triton",
                                   pooling_factors=[1, 4, 1, 4, 2], device="cuda")  # fmt: skip
@@ -174,7 +234,8 @@ def test_gpu_forward_feature_groups_and_backward_kernel_count():
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if "CUDA" in str(getattr(e, "device_type", ""))]
     triton_k = [n for n in names if n.startswith("_")]
-    assert sorted(triton_k) == ["_bwd_hot_kernel", "_bwd_tile_kernel", "_keys_kernel"], names
+    assert sorted(triton_k) == ["_bwd_hot_carry_kernel", "_bwd_hot_kernel", "_bwd_tile_kernel",
+                                "_keys_kernel"], names  # fmt: skip
     assert not any("nonzero" in n or "flag_kernel" in n or "index_elementwise" in n
                    for n in names), names  # fmt: skip
     print(f"backward GPU launches: {len(names)}: {names}")

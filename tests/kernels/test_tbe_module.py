@@ -350,3 +350,98 @@ def test_backward_gpu_tiles_and_scan_match_oracle(monkeypatch, kind):
         for name, st in m.split_optimizer_states()[t].items():
             assert_close(st, ref_s[t][name], torch.float32, f"{kind} {name}", terms=150)
     assert_close(psw.grad, ref_dpsw, torch.float32, "d psw")
+
+
+def _very_hot_case(tables, fmap, *, B, L0, hot, seed, psw=True):
+    """Feature 0: B bags of L0 uniform indices with ``hot`` positions (scattered over the bags)
+    overwritten by row 7, plus a warm row (L0 * 2 // 5 occurrences) and a medium one (40);
+    the other features: short uniform bags. Returns an oracle Case."""
+    from tbe_oracle import Case
+
+    g = torch.Generator().manual_seed(seed)
+    F = len(fmap)
+    lengths = torch.randint(0, 4, (F * B,), generator=g)
+    lengths[:B] = L0
+    vals = []
+    for f in range(F):
+        rows = tables[fmap[f]][0]
+        n = int(lengths[f * B : (f + 1) * B].sum())
+        v = torch.randint(0, rows, (n,), generator=g)
+        if f == 0:
+            pos = torch.randperm(n, generator=g)
+            v[pos[:hot]] = 7
+            v[pos[hot : hot + L0 * 2 // 5]] = 11
+            v[pos[hot + L0 * 2 // 5 : hot + L0 * 2 // 5 + 40]] = 13
+        vals.append(v)
+    indices = torch.cat(vals)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    w = torch.rand(indices.numel(), generator=g) * 2 - 0.5 if psw else None
+    return Case(list(tables), list(fmap), B, indices, offsets, w)
+
+
+def _check_step_vs_oracle(m, case, opt, pooling, terms, what):
+    psw = case.psw.clone().requires_grad_(True) if case.psw is not None else None
+    w0 = [w.clone() for w in m.split_embedding_weights()]
+    s0 = _oracle_states(m)
+    out = m(case.indices, case.offsets, psw)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(5)) * 1e-3
+    out.backward(grad)
+    ref_w, ref_s, ref_dpsw = oracle_step(w0, s0, case, grad, pooling, opt, 1)
+    wdtype = m.weights.dtype
+    for t, w in enumerate(m.split_embedding_weights()):
+        assert_close(w, ref_w[t], wdtype, f"{what}: table {t} weights", terms=terms)
+        for name, st in m.split_optimizer_states()[t].items():
+            assert_close(st, ref_s[t][name], wdtype, f"{what}: table {t} {name}", terms=terms)
+    if psw is not None:
+        assert_close(psw.grad, ref_dpsw, torch.float32, f"{what}: d psw")
+    return m.weights.detach().clone()
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the interpreter")
+@pytest.mark.parametrize("kind,wdtype", [("sgd", torch.float32), ("rowwise_adagrad", torch.float32),
+                                         ("adam", torch.float32),
+                                         ("rowwise_adagrad", torch.bfloat16)])  # fmt: skip
+def test_very_hot_row_among_uniform_matches_oracle(kind, wdtype):
+    """One row 1e4 times at random positions among uniform indices, a warm row (~1/3 of a tile
+    at the interpreter's 128-position tiles x 4-tile hot blocks) and a medium one: the hot row
+    spans ~20 hot blocks (carries walked 4 blocks at a time), the others end inside a block.
+    Every optimizer, fp32 and bf16 weights, psw grads, vs the fp64 oracle; deterministic mode
+    is bitwise repeatable."""
+    tables, fmap = [(5000, 12), (3000, 20), (2000, 36)], [0, 1, 0, 2]
+    case = _very_hot_case(tables, fmap, B=48, L0=240, hot=10_000, seed=21)
+    opt = OPTS[kind]
+    mods = [TableBatchedEmbeddingBags(tables, feature_table_map=fmap, backend="triton",
+                                      optimizer=OptimizerSpec(**opt), weights_dtype=wdtype,
+                                      deterministic=True, seed=3) for _ in range(2)]  # fmt: skip
+    w = _check_step_vs_oracle(mods[0], case, opt, "sum", 10_000, f"very hot {kind}")
+    out = mods[1](case.indices, case.offsets, case.psw)
+    out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(5)) * 1e-3)
+    assert torch.equal(w, mods[1].weights), "deterministic mode is not bitwise repeatable"
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the interpreter")
+@pytest.mark.parametrize("hot_tiles,hot_block,kind", [(16, 32, "rowwise_adagrad"), (2, 2, "adam")])
+def test_hot_row_gpu_tiles_two_level_reduction(monkeypatch, hot_tiles, hot_block, kind):
+    """The GPU configuration (16-position tiles, scan) in the interpreter with a row seen 600
+    times: 38 tiles = 3 hot blocks of 16 (the H200 table), or 19 blocks of 2 with the carry
+    walk taking 2 blocks per step (10 steps), plus rows ending inside one block; vs the oracle."""
+    import dataclasses
+
+    import rocmtrain.kernels.arch as arch
+    import rocmtrain.kernels.tbe_backward as tb
+    import rocmtrain.kernels.tbe_forward as tf
+    from rocmtrain.platform import DeviceInfo
+
+    h200 = DeviceInfo(0, "H200", "cuda", "sm_90", 32, 132, 1 << 37)
+    monkeypatch.setattr(tb, "_device_info", lambda idx: h200)
+    monkeypatch.setattr(tf, "_device_info", lambda idx: h200)
+    p = dataclasses.replace(arch.ARCH_TABLE["sm_90"], hot_tiles=hot_tiles, hot_block=hot_block)
+    monkeypatch.setitem(arch.ARCH_TABLE, "sm_90", p)
+    cfg, tile = tb.backward_config(h200, max_dim=4)
+    assert (tile, cfg.hot_tiles, cfg.hot_block) == (16, hot_tiles, hot_block)
+    tables, fmap = [(300, 4), (9, 4)], [0, 1, 0]
+    case = _very_hot_case(tables, fmap, B=6, L0=110, hot=600, seed=4)
+    opt = OPTS[kind]
+    m = TableBatchedEmbeddingBags(tables, feature_table_map=fmap, backend="triton",
+                                  optimizer=OptimizerSpec(**opt), seed=2)  # fmt: skip
+    _check_step_vs_oracle(m, case, opt, "sum", 600, f"gpu tiles {kind} ht={hot_tiles}")
