@@ -145,13 +145,14 @@ def build_trainer(
     cfg: RunConfig, run_dir: Path, *, strategy: TorchRecStrategy | None = None, **overrides: Any
 ) -> pl.Trainer:
     """The ``pl.Trainer`` of ``cfg`` (strategy, callbacks, plugins, logger in ``run_dir``)."""
-    from pytorch_lightning.callbacks import TQDMProgressBar
     from pytorch_lightning.loggers import CSVLogger
+
+    from rocmtrain.progress import HostMetricsProgressBar
 
     t = cfg.trainer
     callbacks: list[pl.Callback] = []
     if t.progress_bar:
-        callbacks.append(TQDMProgressBar(refresh_rate=t.progress_bar_refresh_steps))
+        callbacks.append(HostMetricsProgressBar(refresh_rate=t.progress_bar_refresh_steps))
     if cfg.checkpoint.enabled:
         callbacks.append(
             ckpt.AtomicCheckpoint(

@@ -73,10 +73,12 @@ class WatchdogConfig:
     preemption_signals: list[str] = field(default_factory=lambda: ["SIGTERM", "SIGUSR1"])
     """Signals that mean "save and requeue" (Slurm sends SIGTERM on preemption/scancel, and the
     ``--signal=USR1@120`` warning before the time limit)."""
-    preemption_check_every_n_steps: int = 1
-    """Ranks agree (one tiny all-reduce) every N steps on whether any rank was signalled. Each check
-    is also one host sync on multi-GPU runs; the GPU recipes use 10 (a signal then takes up to 10
-    steps, well inside ``#SBATCH --signal=USR1@120``)."""
+    preemption_check_every_n_steps: int = 10
+    """Ranks agree (one tiny all-reduce) every N steps on whether any rank was signalled. On a
+    multi-GPU run each check is also one host sync, which stops the host from queueing the next
+    step ahead of the GPU: every 10 steps by default (a signal then takes up to 10 steps, seconds,
+    well inside ``#SBATCH --signal=USR1@120`` and the 25 s grace); the CPU recipe checks every step
+    (no device to sync with)."""
     two_phase_timeouts: bool = True
     """After step 1: barrier, then switch every process group to ``rccl.train_timeout_seconds``."""
 

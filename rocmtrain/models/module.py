@@ -111,16 +111,29 @@ class DLRMModule(pl.LightningModule):
         self.train_loss.update(detached)
         self.train_auc.update(torch.sigmoid(logits.detach()), labels.long())
         batch_size = int(labels.shape[0])
-        self.log(
-            "loss", detached, prog_bar=True, on_step=True, on_epoch=False, batch_size=batch_size
-        )
-        self._samples += int(labels.shape[0])
+        # Logger only, not the progress bar: Lightning turns every progress-bar value (a float
+        # too: self.log makes it a device tensor) into a Python number at the end of EVERY step,
+        # one host sync per step that stops the host from queueing ahead of the GPU. Loggers
+        # convert at their interval; the bar shows host-side numbers (progress_metrics).
+        self.log("loss", detached, on_step=True, on_epoch=False, batch_size=batch_size)
+        self._samples += batch_size
+        if (self.global_step + 1) % max(1, self.trainer.log_every_n_steps) == 0:
+            self._flush_steps()  # the loggers sync at this step anyway
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._t_last = time.perf_counter()
-        if batch_idx % max(1, self.trainer.log_every_n_steps) == 0 and self._t_last > self._t0:
-            rate = self._samples * self.trainer.world_size / (self._t_last - self._t0)
-            self.log("samples/s", rate, prog_bar=True, on_step=True, on_epoch=False, batch_size=1)
+
+    @property
+    def progress_metrics(self) -> dict[str, float]:
+        """Host-side numbers for the progress bar (no device sync): samples/s of this epoch and
+        the loss of the last step copied to the host (at the last logging step)."""
+        out: dict[str, float] = {}
+        if self._step_losses:
+            out["loss"] = self._step_losses[-1]
+        if self._t_last > self._t0 and self._samples:
+            world = self.trainer.world_size if self._trainer is not None else 1
+            out["samples/s"] = self._samples * world / (self._t_last - self._t0)
+        return out
 
     def on_train_epoch_end(self) -> None:
         elapsed = max(self._t_last - self._t0, 1e-9)
