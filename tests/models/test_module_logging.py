@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import os
+import socket
 
 import pytest
 
@@ -46,6 +48,11 @@ def test_loss_reaches_the_logger_without_a_sync_per_step(tmp_path, monkeypatch):
         return original(data)
 
     monkeypatch.setattr(result, "convert_tensors_to_scalars", spy)
+    # this process hosts the rendezvous: on a free port, given back after the test
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     cfg = dataclasses.replace(
         ModelConfig(),
         num_embeddings_per_feature=[50, 40],
@@ -74,7 +81,14 @@ def test_loss_reaches_the_logger_without_a_sync_per_step(tmp_path, monkeypatch):
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(module, datamodule=dm)
+    saved_env = dict(os.environ)  # Lightning sets WORLD_SIZE, LOCAL_RANK ... in this process
+    try:
+        trainer.fit(module, datamodule=dm)
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        os.environ.clear()
+        os.environ.update(saved_env)
     # no progress-bar tensor was converted to a number during the training steps
     assert [s for s in converted_at if s < STEPS] == []
     rows = [r for r in csv.DictReader((tmp_path / "metrics.csv").open()) if r.get("loss")]
