@@ -133,9 +133,8 @@ def _launching_rank() -> bool:
 def build_module(cfg: RunConfig, strategy: TorchRecStrategy) -> pl.LightningModule:
     """``DLRMModule`` (the strategy pipelines its input itself), or ``PipelinedDLRMModule`` for
     ``strategy.pipeline=semi_sync`` (TorchRec's TrainPipelineSemiSync owns the data iterator)."""
-    from rocmtrain.models.module import DLRMModule, PipelinedDLRMModule
-
     from rocmtrain.config.schema import resolve_model_config
+    from rocmtrain.models.module import DLRMModule, PipelinedDLRMModule
 
     semi_sync = strategy.pipeline_kind(cfg.trainer.accelerator) == "semi_sync"
     return (PipelinedDLRMModule if semi_sync else DLRMModule)(resolve_model_config(cfg))

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import ast
 import re
-import tomllib
 from importlib.metadata import requires
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 #: distribution name -> import name, where they differ

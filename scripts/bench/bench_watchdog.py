@@ -44,9 +44,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from rocmtrain.faults.watchdog import Watchdog, build_callbacks
 from rocmtrain.config.rccl import RcclConfig
 from rocmtrain.config.watchdog import WatchdogConfig
+from rocmtrain.faults.watchdog import Watchdog, build_callbacks
 
 
 class TinyDLRM(pl.LightningModule):

@@ -247,7 +247,12 @@ def _profiler(args: argparse.Namespace, device: torch.device):
 
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from rocmtrain.diagnostics.profiling import op_counts, step_timeline, timeline_markdown, top_table
+    from rocmtrain.diagnostics.profiling import (
+        op_counts,
+        step_timeline,
+        timeline_markdown,
+        top_table,
+    )
 
     out = Path(args.profile_dir)
     gpu = device.type == "cuda"

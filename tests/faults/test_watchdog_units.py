@@ -17,11 +17,11 @@ import wd_worker
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from rocmtrain.config import ConfigError
+from rocmtrain.config.watchdog import WatchdogConfig
 from rocmtrain.faults import hang_report as hr
 from rocmtrain.faults.heartbeat import FileKV, Heartbeat, Progress, pid_alive
 from rocmtrain.faults.hints import hint_for, hint_for_exception
-from rocmtrain.config import ConfigError
-from rocmtrain.config.watchdog import WatchdogConfig
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -42,8 +42,8 @@ def rank_main(rank: int, world: int, port: int, run_dir: str, opts: dict) -> Non
     import torch
     import torch.distributed as dist
 
-    from rocmtrain.faults.watchdog import Watchdog
     from rocmtrain.config.watchdog import WatchdogConfig
+    from rocmtrain.faults.watchdog import Watchdog
 
     torch.set_num_threads(1)
     dist.init_process_group(
@@ -119,7 +119,9 @@ def context():  # noqa: ANN201 - multiprocessing context
     import multiprocessing as mp
 
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch.distributed", "rocmtrain.faults.watchdog", __name__])
+    ctx.set_forkserver_preload(
+        ["torch", "torch.distributed", "rocmtrain.faults.watchdog", __name__]
+    )
     return ctx
 
 
@@ -170,9 +172,9 @@ def timeouts_main(rank: int, world: int, port: int, run_dir: str, opts: dict) ->
     import torch
     import torch.distributed as dist
 
+    from rocmtrain.config.rccl import RcclConfig
     from rocmtrain.faults.hints import hint_for_exception
     from rocmtrain.faults.timeouts import enter_steady_state
-    from rocmtrain.config.rccl import RcclConfig
 
     rccl = RcclConfig(init_timeout_seconds=30.0, train_timeout_seconds=1.5)
     dist.init_process_group(
@@ -235,9 +237,9 @@ def lightning_main(rank: int, world: int, port: int, run_dir: str, opts: dict) -
     import torch
     from torch import nn
 
-    from rocmtrain.faults.watchdog import build_callbacks
     from rocmtrain.config.rccl import RcclConfig
     from rocmtrain.config.watchdog import WatchdogConfig
+    from rocmtrain.faults.watchdog import build_callbacks
 
     torch.set_num_threads(1)
     fault, fault_rank, fault_step = (

@@ -260,5 +260,3 @@ def test_restore_keep_leaves_named_settings(monkeypatch):
     assert state.snapshot()["env.PYTORCH_TUNABLEOP_VERBOSE"] == "1"
     assert state.restore(before) == ["env.PYTORCH_TUNABLEOP_VERBOSE"]
     assert state.snapshot() == before
-
-
