@@ -4,7 +4,8 @@ What TorchRec's ``TrainPipelineSparseDist`` does, rearranged around Lightning's 
 module with automatic optimization and a plain ``training_step(self, batch, batch_idx)`` gets it
 without owning the data iterator::
 
-    Lightning fetches batch k      -> stage(k): copy to the device on a side stream
+    the loader hands out batch k   -> batches k+1, k+2 already fetched, their copies to the
+                                      device issued on a side stream (PipelinedLoader)
     strategy.training_step(k)      -> before_step: batch k's input dist is complete (its splits and
                                       tensors all-to-all were issued in step k-1); start batch
                                       k+1's input dist (the splits all-to-all) on a side stream
@@ -185,6 +186,8 @@ class InputPipeline:
         self._ready: dict[str, _Dist] = {}
         self.overlapped_lookups = 0
         """Sharded-module calls served with an input distributed ahead (tests and reports)."""
+        self.started_ahead = 0
+        """Batches whose input dist started during the previous batch's step (the overlap)."""
         self._attach()
 
     # -- set-up ----------------------------------------------------------------------------------
@@ -251,13 +254,13 @@ class InputPipeline:
             _record(cur.batch, stream)
         self._ready = dict(cur.dists)
         if self._queue:
-            self._start(self._queue[0])
+            self._start(self._queue[0], ahead=True)
 
     def before_backward(self) -> None:
         """Issue batch k+1's tensors all-to-all while batch k's backward runs."""
         if self._queue:
             nxt = self._queue[0]
-            self._start(nxt)  # paths may have been learned in this step's forward
+            self._start(nxt, ahead=True)  # paths may have been learned in this step's forward
             self._finish(nxt)
 
     def after_step(self) -> None:
@@ -265,13 +268,13 @@ class InputPipeline:
         self._ready = {}
         self._current = None
 
-    def _start(self, staged: _Staged) -> None:
+    def _start(self, staged: _Staged, *, ahead: bool = False) -> None:
         """Issue the splits all-to-all of every pipelined module's input (side stream)."""
-        todo = [
-            (n, p) for n, p in self._paths.items() if p and n not in staged.dists
-        ]  # fmt: skip
+        todo = [(n, p) for n, p in self._paths.items() if p and n not in staged.dists]
         if not todo:
             return
+        if ahead and not staged.dists:
+            self.started_ahead += 1
         with _on(self._dist_stream):
             if self._dist_stream is not None:
                 self._dist_stream.wait_stream(self._copy_stream)
@@ -340,19 +343,29 @@ class InputPipeline:
 
 
 class PipelinedLoader:
-    """A training dataloader whose batches the :class:`InputPipeline` stages as they are fetched.
+    """A training dataloader whose batches the :class:`InputPipeline` stages ``depth`` ahead.
 
-    Everything else (``len``, ``sampler``, ``dataset``, ``state_dict`` ...) is the wrapped loader's.
+    Lightning fetches a batch only when its step starts (it prefetches nothing from a loader with a
+    length), so the loader itself runs ahead: when batch k is handed out, batches k+1 .. k+depth
+    are already fetched and their host-to-device copies issued, and during step k the input dist
+    of k+1 runs (TorchRec's schedule: the copy of i+2, the input dist of i+1). Everything else
+    (``len``, ``sampler``, ``dataset``, ``state_dict`` ...) is the wrapped loader's.
     """
 
-    def __init__(self, loader: Iterable, pipeline: InputPipeline) -> None:
+    def __init__(self, loader: Iterable, pipeline: InputPipeline, depth: int = 2) -> None:
         self.loader = loader
         self.pipeline = pipeline
+        self.depth = depth
 
     def __iter__(self) -> Iterator[Any]:
         self.pipeline.reset()
+        ahead: deque[Any] = deque()
         for batch in self.loader:
-            yield self.pipeline.stage(batch)
+            ahead.append(self.pipeline.stage(batch))
+            if len(ahead) > self.depth:
+                yield ahead.popleft()
+        while ahead:
+            yield ahead.popleft()
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]

@@ -156,6 +156,7 @@ def fit(make, rank: int, pipeline: str, root: Path, *, accelerator: str = "cpu",
         weights=weights,
         pipelined=None if pipe is None else pipe.pipelined,
         overlapped=None if pipe is None else pipe.overlapped_lookups,
+        ahead=None if pipe is None else pipe.started_ahead,
         devices=sorted({p.device.type for p in module.parameters()}),
         torch=torch.__version__,
     )

@@ -44,8 +44,11 @@ def test_input_pipeline_is_bitwise_the_plain_loop(tmp_path):
         # the one sharded module was pipelined; step 1 learned where its input is in the batch
         assert pipe["pipelined"] == {"model.model.sparse_arch.embedding_bag_collection": True}
         assert pipe["overlapped"] == STEPS * EPOCHS - 1
+        # ... and each of those inputs was distributed during the previous step (the overlap),
+        # but for the first batch of an epoch (nothing ran before it)
+        assert pipe["ahead"] == STEPS * EPOCHS - EPOCHS
         # a KJT built inside the step: not pipelined, same training
         rn, rp = r["rebuild_none"], r["rebuild_pipe"]
         assert rp["pipelined"] == {"ebc": False}
-        assert rp["overlapped"] == 0
+        assert rp["overlapped"] == rp["ahead"] == 0
         assert rp["losses"] == rn["losses"]

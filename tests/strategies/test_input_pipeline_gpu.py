@@ -22,6 +22,7 @@ def test_input_pipeline_on_gpu_matches_the_plain_loop(tmp_path):
     assert none["pipelined"] is None
     assert pipe["pipelined"] == {"model.model.sparse_arch.embedding_bag_collection": True}
     assert pipe["overlapped"] == STEPS * EPOCHS - 1
+    assert pipe["ahead"] == STEPS * EPOCHS - EPOCHS  # distributed during the previous step
     assert len(pipe["losses"]) == len(none["losses"]) == STEPS * EPOCHS
     torch.testing.assert_close(
         torch.tensor(pipe["losses"]), torch.tensor(none["losses"]), rtol=1e-6, atol=1e-7

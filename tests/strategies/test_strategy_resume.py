@@ -96,6 +96,7 @@ def _fit(cfg, *, ckpt_path=None, max_steps=-1, pipelined=False):
     return dict(
         pipelined=pipe is not None and all(pipe.pipelined.values()),
         overlapped=pipe.overlapped_lookups if pipe is not None else 0,
+        ahead=pipe.started_ahead if pipe is not None else 0,
         losses=list(module.step_losses),
         labels=list(module.step_label_sums),
         history=module.history,
@@ -160,6 +161,7 @@ def test_table_wise_training_and_bitwise_resume(tmp_path):
         # the pipelined loop trains the same batches in the same order: the same bits
         c = r["c"]
         assert c["pipelined"] and c["overlapped"] == 2 * BATCHES - 1
+        assert c["ahead"] == 2 * BATCHES - 2  # all but each epoch's first batch
         assert c["labels"] == a["labels"], (c["labels"], a["labels"])  # same batches, same order
         assert c["losses"] == a["losses"], (rank, c["losses"], a["losses"])
         for k, shards in a["tables"].items():
