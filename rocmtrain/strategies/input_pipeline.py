@@ -22,7 +22,10 @@ own synchronous input dist, and a warning says so. Every rank runs the same code
 issues the same collectives in the same order.
 
 The math is untouched (the input dist only moves ids): pipelined and plain runs give bitwise the
-same losses. Batches reach ``on_before_batch_transfer`` already on the device.
+same losses. Batches reach ``on_before_batch_transfer`` already on the device. The loader is read
+two batches ahead of training (as TorchRec's pipeline does): a data position counted in
+``on_before_batch_transfer`` (``RecDataModule``) stays exact, a loader that counts the batches it
+hands out itself is two ahead at a mid-epoch checkpoint.
 """
 
 from __future__ import annotations
