@@ -111,13 +111,14 @@ class DLRMModule(pl.LightningModule):
         self.train_loss.update(detached)
         self.train_auc.update(torch.sigmoid(logits.detach()), labels.long())
         batch_size = int(labels.shape[0])
-        # Logger only, not the progress bar: Lightning turns every progress-bar value (a float
-        # too: self.log makes it a device tensor) into a Python number at the end of EVERY step,
-        # one host sync per step that stops the host from queueing ahead of the GPU. Loggers
-        # convert at their interval; the bar shows host-side numbers (progress_metrics).
-        self.log("loss", detached, on_step=True, on_epoch=False, batch_size=batch_size)
         self._samples += batch_size
+        # Logged on the steps the loggers write (Lightning drops the other steps' values; each
+        # self.log costs host time a host-bound GPU step pays), and to the loggers only: Lightning
+        # turns every progress-bar value (a float too: self.log makes it a device tensor) into a
+        # Python number at the end of EVERY step, a host sync that stops the host from queueing
+        # ahead of the GPU. The bar shows host-side numbers instead (progress_metrics).
         if (self.global_step + 1) % max(1, self.trainer.log_every_n_steps) == 0:
+            self.log("loss", detached, on_step=True, on_epoch=False, batch_size=batch_size)
             self._flush_steps()  # the loggers sync at this step anyway
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
