@@ -3,6 +3,8 @@ unknown arguments and bad values fail at construction, naming what to change."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from rocmtrain import platform
@@ -55,10 +57,16 @@ def test_the_strategy_by_name_has_the_cli_defaults():
     """``Trainer(strategy="torchrec")`` and ``python -m rocmtrain`` protect a run the same way."""
     from test_cli import compose
 
-    cfg = compose("dlrm_cpu")
     by_name = TorchRecStrategy()
-    assert by_name.watchdog_config == cfg.watchdog == WatchdogConfig()
-    assert by_name.rccl_config == cfg.rccl == RcclConfig()
+    gpu = compose("dlrm_dcnv2_h200")
+    assert by_name.watchdog_config == gpu.watchdog == WatchdogConfig()
+    cpu = compose("dlrm_cpu")
+    assert by_name.rccl_config == cpu.rccl == RcclConfig()
+    # the CPU recipe agrees on preemption every step (no device to sync with), otherwise the same
+    assert cpu.watchdog.preemption_check_every_n_steps == 1
+    assert by_name.watchdog_config.preemption_check_every_n_steps == 10
+    every = {"preemption_check_every_n_steps": 10}
+    assert dataclasses.replace(cpu.watchdog, **every) == by_name.watchdog_config
 
 
 def test_one_gpu_decision(monkeypatch):
