@@ -54,11 +54,13 @@ class _Dist:
     ctx: Any
     splits: Any = None  # Awaitable[Awaitable[...]]: after the splits all-to-all was issued
     tensors: Any = None  # Awaitable[...]: after the tensors all-to-all was issued
+    data: Any = None  # the distributed input (KJTList), on the dist stream
 
 
 @dataclasses.dataclass
 class _Staged:
     batch: Any
+    copied: Any = None  # event on the copy stream after this batch's copy (GPU)
     dists: dict[str, _Dist] = dataclasses.field(default_factory=dict)
 
 
@@ -237,7 +239,12 @@ class InputPipeline:
         """Copy ``batch`` to the device (side stream) and queue it for its training step."""
         with _on(self._copy_stream):
             batch = _to_device(batch, self.device)
-        self._queue.append(_Staged(batch))
+        staged = _Staged(batch)
+        if self._copy_stream is not None:
+            # waiters wait for THIS batch's copy, not for the later batches staged behind it
+            staged.copied = torch.cuda.Event()
+            staged.copied.record(self._copy_stream)
+        self._queue.append(staged)
         return batch
 
     # -- the step side ---------------------------------------------------------------------------
@@ -250,11 +257,19 @@ class InputPipeline:
         cur = self._current
         self._start(cur)  # no-op when started in the previous step
         self._finish(cur)
+        with _on(self._dist_stream):  # the distributed ids, before batch k+1's dist is queued
+            for d in cur.dists.values():
+                d.data = d.tensors.wait()
         if self._dist_stream is not None:
             stream = torch.cuda.current_stream(self.device)
-            stream.wait_stream(self._copy_stream)  # the batch itself (dense features, labels)
-            stream.wait_stream(self._dist_stream)  # its distributed ids
+            distributed = torch.cuda.Event()
+            distributed.record(self._dist_stream)
+            stream.wait_event(cur.copied)  # the batch itself (dense features, labels)
+            stream.wait_event(distributed)  # its ids, and nothing queued after them
             _record(cur.batch, stream)
+            for d in cur.dists.values():
+                d.data.record_stream(stream)
+                d.ctx.record_stream(stream)
         self._ready = dict(cur.dists)
         if self._queue:
             self._start(self._queue[0], ahead=True)
@@ -280,7 +295,7 @@ class InputPipeline:
             self.started_ahead += 1
         with _on(self._dist_stream):
             if self._dist_stream is not None:
-                self._dist_stream.wait_stream(self._copy_stream)
+                self._dist_stream.wait_event(staged.copied)
                 _record(staged.batch, self._dist_stream)
             for name, path in todo:
                 module = self._modules[name]
@@ -335,14 +350,7 @@ class InputPipeline:
 
     def _compute(self, module: nn.Module, d: _Dist) -> Any:
         self.overlapped_lookups += 1
-        with _on(self._dist_stream):
-            data = d.tensors.wait()
-        if self._dist_stream is not None:
-            stream = torch.cuda.current_stream(self.device)
-            stream.wait_stream(self._dist_stream)
-            data.record_stream(stream)
-            d.ctx.record_stream(stream)
-        return module.compute_and_output_dist(d.ctx, data)
+        return module.compute_and_output_dist(d.ctx, d.data)  # streams synced in before_step
 
 
 class PipelinedLoader:
