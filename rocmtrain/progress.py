@@ -1,8 +1,10 @@
-"""The progress bar of ``python -m rocmtrain``: Lightning's TQDM bar plus host-side numbers.
+"""What reaches the loggers and the progress bar without costing a step host time.
 
-Values a module logs with ``prog_bar=True`` are turned into Python numbers by Lightning at the end
-of every training step, a host sync per step on a GPU. Modules with a ``progress_metrics``
-property (``DLRMModule``: loss of the last logging step, samples/s) show those instead, read on
+Lightning writes step values to the loggers only on every ``trainer.log_every_n_steps``-th step
+(:func:`loggers_write`), and turns every value logged with ``prog_bar=True`` into a Python number
+at the end of EVERY training step from then on, a host sync per step on a GPU. So rocmtrain logs
+on the writing steps only, to the loggers, and its bar (:class:`HostMetricsProgressBar`) shows a
+module's ``progress_metrics`` (``DLRMModule``: loss of the last logging step, samples/s), read on
 the host when the bar refreshes.
 """
 
@@ -12,6 +14,12 @@ from typing import Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import TQDMProgressBar
+
+
+def loggers_write(trainer: pl.Trainer) -> bool:
+    """Whether Lightning writes this training step's logged values (call inside the step, before
+    the optimizer step): the rule of its logger connector (``should_update_logs``)."""
+    return (trainer.global_step + 1) % max(1, trainer.log_every_n_steps) == 0 or trainer.should_stop
 
 
 class HostMetricsProgressBar(TQDMProgressBar):

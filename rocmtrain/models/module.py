@@ -28,6 +28,7 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from rocmtrain.config.model import ModelConfig
 from rocmtrain.metrics import BinnedBinaryAUROC, NormalizedEntropy
 from rocmtrain.models.dlrm import apply_embedding_optimizer, build_dlrm, dense_optimizer
+from rocmtrain.progress import loggers_write
 
 _FLUSH_EVERY = 256
 """Per-step loss records are copied to the host in groups of this many steps."""
@@ -112,12 +113,9 @@ class DLRMModule(pl.LightningModule):
         self.train_auc.update(torch.sigmoid(logits.detach()), labels.long())
         batch_size = int(labels.shape[0])
         self._samples += batch_size
-        # Logged on the steps the loggers write (Lightning drops the other steps' values; each
-        # self.log costs host time a host-bound GPU step pays), and to the loggers only: Lightning
-        # turns every progress-bar value (a float too: self.log makes it a device tensor) into a
-        # Python number at the end of EVERY step, a host sync that stops the host from queueing
-        # ahead of the GPU. The bar shows host-side numbers instead (progress_metrics).
-        if (self.global_step + 1) % max(1, self.trainer.log_every_n_steps) == 0:
+        # On the writing steps only and not to the bar: each self.log costs host time a
+        # host-bound GPU step pays, and a bar value is a host sync every step (rocmtrain.progress)
+        if loggers_write(self.trainer):
             self.log("loss", detached, on_step=True, on_epoch=False, batch_size=batch_size)
             self._flush_steps()  # the loggers sync at this step anyway
 

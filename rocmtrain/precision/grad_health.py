@@ -49,6 +49,7 @@ from typing_extensions import override
 
 from rocmtrain.config.precision import NONFINITE_ACTIONS
 from rocmtrain.precision.policy import GROUPS, group_of
+from rocmtrain.progress import loggers_write
 
 log = logging.getLogger("rocmtrain.precision")
 
@@ -150,9 +151,8 @@ class GradHealthCallback(pl.Callback):
         self._accumulate(n_bad > 0, step)
         # device tensors: logging them does not sync (Lightning reads them at its log interval)
         flag, count = (n_bad > 0).float(), n_bad.float()
-        # Lightning writes step values to the loggers only every trainer.log_every_n_steps; each
-        # self.log costs host time (~0.1-2 ms), which a host-bound GPU step pays in full
-        writes = (trainer.global_step + 1) % max(1, trainer.log_every_n_steps) == 0
+        # only on the steps Lightning writes: each self.log costs host time (rocmtrain.progress)
+        writes = loggers_write(trainer)
         if self._check_every > 1 and writes:
             since = self._window.float()[0]  # type: ignore[union-attr]
             self._log(pl_module, "grad_health/nonfinite_steps_since_check", since)

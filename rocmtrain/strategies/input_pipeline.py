@@ -142,9 +142,7 @@ def _record(obj: Any, stream: torch.Stream | None) -> None:
     """Tell the caching allocator ``obj`` (made on a side stream) is used on ``stream``."""
     if stream is None:
         return
-    if isinstance(obj, torch.Tensor):
-        obj.record_stream(stream)
-    elif hasattr(obj, "record_stream"):
+    if hasattr(obj, "record_stream"):  # tensors, KeyedJaggedTensor, torchrec Batch
         obj.record_stream(stream)
     else:
         for _, child in _children(obj):
@@ -196,11 +194,6 @@ class InputPipeline:
         self._attach()
 
     # -- set-up ----------------------------------------------------------------------------------
-    @property
-    def module_names(self) -> list[str]:
-        """The sharded modules this pipeline serves."""
-        return list(self._modules)
-
     @property
     def pipelined(self) -> dict[str, bool]:
         """Per sharded module: whether its input dist overlaps compute (known after step 1)."""
@@ -318,7 +311,7 @@ class InputPipeline:
             d = self._ready.pop(name, None)
             if d is not None and features is not None and _same_kjt(d.features, features):
                 return self._compute(module, d)
-            if d is not None:  # the step fed the module something else than the batch's ids
+            if d is not None:  # the step fed the module other ids than the batch's
                 self._paths[name] = _NOT_FOUND
                 log.warning(
                     "input pipeline: %s was not called with the batch's KeyedJaggedTensor "
@@ -326,17 +319,15 @@ class InputPipeline:
                     name,
                 )
             elif name not in self._paths and self._current is not None:
-                self._learn(name, features)
+                self._learn(name, features, self._current.batch)
             return original(*args, **kwargs)
 
         return forward
 
-    def _learn(self, name: str, features: Any) -> None:
+    def _learn(self, name: str, features: Any, batch: Any) -> None:
         from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-        path = None
-        if isinstance(features, KeyedJaggedTensor) and self._current is not None:
-            path = find_kjt(self._current.batch, features)
+        path = find_kjt(batch, features) if isinstance(features, KeyedJaggedTensor) else None
         self._paths[name] = path or _NOT_FOUND
         if path:
             log.info("input pipeline: %s reads batch%s", name, "".join(f"[{p!r}]" for p in path))

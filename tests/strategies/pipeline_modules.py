@@ -31,10 +31,24 @@ def batches(rank: int):
     return out
 
 
+def meta_ebc(dim: int):
+    """An EmbeddingBagCollection of the ROWS tables (feature f<i> -> table t<i>) on the meta
+    device: the sharding strategy materialises it."""
+    import torch
+    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
+
+    tables = [
+        EmbeddingBagConfig(
+            name=f"t{i}", embedding_dim=dim, num_embeddings=r, feature_names=[f"f{i}"]
+        )
+        for i, r in enumerate(ROWS)
+    ]
+    return EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
+
+
 def user_module():
     import pytorch_lightning as pl
     import torch
-    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
     from torchrec.models.dlrm import DLRM, DLRMTrain
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
     from torchrec.optim.optimizers import in_backward_optimizer_filter
@@ -45,13 +59,7 @@ def user_module():
 
         def __init__(self) -> None:
             super().__init__()
-            tables = [
-                EmbeddingBagConfig(
-                    name=f"t{i}", embedding_dim=8, num_embeddings=r, feature_names=[f"f{i}"]
-                )
-                for i, r in enumerate(ROWS)
-            ]
-            ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
+            ebc = meta_ebc(dim=8)
             self.model = DLRMTrain(
                 DLRM(
                     embedding_bag_collection=ebc,
@@ -80,20 +88,13 @@ def user_module():
 def builds_its_kjt_module():
     import pytorch_lightning as pl
     import torch
-    from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     class Rebuilds(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            tables = [
-                EmbeddingBagConfig(
-                    name=f"t{i}", embedding_dim=4, num_embeddings=r, feature_names=[f"f{i}"]
-                )
-                for i, r in enumerate(ROWS)
-            ]
-            self.ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
+            self.ebc = meta_ebc(dim=4)
             apply_optimizer_in_backward(torch.optim.SGD, self.ebc.parameters(), {"lr": 0.1})
             self.head = torch.nn.Linear(4 * len(ROWS), 1)
             self.losses: list[float] = []
