@@ -292,11 +292,11 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
         self.model_to_device()
         # Shard for every stage (not only fitting): the tables exist only as shards.
         self.model = self._setup_model(self.model)
-        if kind == "sparse_dist" and not drives_pipeline:
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        if fitting and kind == "sparse_dist" and not drives_pipeline:
             from rocmtrain.strategies.input_pipeline import InputPipeline
 
             self._input_pipeline = InputPipeline(self._dmp, self.root_device)
-        fitting = trainer.state.fn == TrainerFn.FITTING
         if fitting:
             self.setup_optimizers(trainer)
         self.setup_precision_plugin()
@@ -388,8 +388,9 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
 
     @property
     def input_pipeline(self) -> Any:
-        """The :class:`~rocmtrain.strategies.input_pipeline.InputPipeline` (after ``setup``), or
-        ``None`` (``pipeline`` off, or a module that drives TorchRec's pipeline itself)."""
+        """The :class:`~rocmtrain.strategies.input_pipeline.InputPipeline` of the last ``fit``
+        (detached but kept after teardown, for its counters), or ``None`` (``pipeline`` off, or a
+        module that drives TorchRec's pipeline itself)."""
         return self._input_pipeline
 
     @override
