@@ -3,8 +3,9 @@
 # compiled in place: the tuned anchor) vs `python -m rocmtrain` (recipe dlrm_dcnv2_h200:
 # DLRM-DCNv2, 26 tables D=128 MLPerf multi-hot, rows capped at 10 M, global batch 65536,
 # synthetic planted-signal data) and a user's own LightningModule with the strategy swapped in.
-# First the 1-GPU bf16 suite: the tuned-anchor/rocmtrain pair three times (interleaved), each
-# dense lever on its own, the convergence pair (new batches every step), the swap-in pair; then
+# First the 1-GPU bf16 suite: the tuned-anchor/rocmtrain pair five times (interleaved), the
+# convergence pair (new batches every step), the levers off, the swap-in pairs, each dense lever
+# on its own; then
 # the older stages (2 GPUs, kernel=triton, fp32, ...) as the budget allows.
 #
 #   scripts/bench/bench_e2e_gpu.sh                 # 1 or 2 H200 (2-GPU stages skipped on 1)
@@ -12,7 +13,7 @@
 #
 # Options: --out DIR (default $OUT or ./e2e_out; results go to DIR/e2e/), --budget-s S (default 540:
 # stages that would not fit are skipped and listed), --only a,b (stage names or globs: the swap-in
-# suite alone is --only 'anchor_1gpu_bf16,anchor_1gpu_bf16_r?,anchor_1gpu_bf16_compiled_r[456],swapin_*').
+# suite alone is --only 'anchor_1gpu_bf16,anchor_1gpu_bf16_r?,anchor_1gpu_bf16_compiled_r[678],swapin_*').
 # Every stage runs under `timeout`; after each stage DIR/e2e/{summary.md,results.json,
 # convergence.png} are rewritten, so a partial run still reports. DIR/e2e/logs.tar.gz holds every
 # stage's log and the small files of every run dir (throughput.json, monitor/step_stats.json,
@@ -188,10 +189,10 @@ else
 fi
 
 # Stages in priority order (the budget cuts from the end): first what the targets need (the
-# tuned-anchor/rocmtrain pair three times, the recipe with its levers off, the convergence pair,
-# the swap-in pair), then each lever on its own, then the older stages.
-#   anchor_*_compiled: the tuned anchor (DCN cross net compiled in place); _r2/_r3: repeats,
-#            interleaved with rocmtrain's, so every ratio has >= 3 readings a side
+# tuned-anchor/rocmtrain pair five times, the convergence pair, the recipe with its levers off,
+# the swap-in pairs), then each lever on its own, then the older stages.
+#   anchor_*_compiled: the tuned anchor (DCN cross net compiled in place); _r2.._r5: repeats,
+#            interleaved with rocmtrain's, so every ratio has 5 readings a side
 #   rt_1gpu_fbgemm_bf16: the recipe as it is (its dense levers on)
 #   *_base:  the dense levers off (the recipe before them: only the cross net compiled);
 #   *_densec / *_bf16res / *_embbf16 / *_fusedopt: one lever on top of _base (compile_dense,
@@ -214,26 +215,36 @@ RT_FIT=(kernel=fbgemm "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}")
 # throughput stages skip validation (its graphs would be compiled too, for nothing)
 RT=("${RT_FIT[@]}" trainer.limit_val_batches=0)
 A1=(--bf16 "${ANCHOR_SMALL[@]}")
-anchor anchor_1gpu_bf16_compiled 1 "${A1[@]}" --compile \
-  --profile-dir "$WORK/runs/anchor_1gpu_bf16_compiled/profile"
-rocm rt_1gpu_fbgemm_bf16 1 "${RT[@]}" "${PROF[@]}" "${SYNCS[@]}"
+# the recipe against the tuned anchor, five interleaved rounds (the first profiled, with the sync
+# report); the convergence pair after the third round, so a budget cut takes rounds 4-5 first
+for rep in 1 2 3 4 5; do
+  sfx=$([ "$rep" = 1 ] || echo "_r$rep")
+  if [ "$rep" = 1 ]; then
+    anchor anchor_1gpu_bf16_compiled 1 "${A1[@]}" --compile \
+      --profile-dir "$WORK/runs/anchor_1gpu_bf16_compiled/profile"
+    rocm rt_1gpu_fbgemm_bf16 1 "${RT[@]}" "${PROF[@]}" "${SYNCS[@]}"
+  else
+    anchor "anchor_1gpu_bf16_compiled$sfx" 1 "${A1[@]}" --compile
+    rocm "rt_1gpu_fbgemm_bf16$sfx" 1 "${RT[@]}"
+  fi
+  if [ "$rep" = 3 ]; then
+    anchor anchor_1gpu_bf16_compiled_fresh 1 "${A1[@]}" --compile "${ANCHOR_FRESH[@]}"
+    rocm rt_1gpu_fbgemm_bf16_fresh 1 "${RT_FIT[@]}" "${FRESH[@]}"
+  fi
+done
 rocm rt_1gpu_fbgemm_bf16_base 1 "${RT[@]}" "${LEVERS_OFF[@]}" "${PROF[@]}"
-anchor anchor_1gpu_bf16_compiled_r2 1 "${A1[@]}" --compile
-rocm rt_1gpu_fbgemm_bf16_r2 1 "${RT[@]}"
-anchor anchor_1gpu_bf16_compiled_r3 1 "${A1[@]}" --compile
-rocm rt_1gpu_fbgemm_bf16_r3 1 "${RT[@]}"
-anchor anchor_1gpu_bf16_compiled_fresh 1 "${A1[@]}" --compile "${ANCHOR_FRESH[@]}"
-rocm rt_1gpu_fbgemm_bf16_fresh 1 "${RT_FIT[@]}" "${FRESH[@]}"
 rocm rt_1gpu_fbgemm_bf16_nores_fresh 1 "${RT_FIT[@]}" "${FRESH[@]}" model.dcn_autocast_residual=false
-# the swap-in suite (run it on its own: --only swapin): each stage pair, user module vs plain
-# TorchRec with the same compile setting, three times interleaved (the compiled anchor's repeats
-# 4-6 are its own, so this suite needs no other stage)
+# the swap-in suite (run it on its own: --only 'anchor_1gpu_bf16,anchor_1gpu_bf16_r?,
+# anchor_1gpu_bf16_compiled_r[678],swapin_*'): each stage pair, user module vs plain TorchRec with
+# the same compile setting, three times interleaved (the compiled anchor's repeats 6-8 are its
+# own, so this suite needs no other stage); the first of each reports its host-device syncs
 for rep in 1 2 3; do
   sfx=$([ "$rep" = 1 ] || echo "_r$rep")
+  sync=(); [ "$rep" = 1 ] && sync=(--sync-report)
   anchor "anchor_1gpu_bf16$sfx" 1 "${A1[@]}"
-  swapin "swapin_1gpu_bf16$sfx" 1
-  anchor "anchor_1gpu_bf16_compiled_r$((rep + 3))" 1 "${A1[@]}" --compile
-  swapin "swapin_1gpu_bf16_compiled$sfx" 1 --compile
+  swapin "swapin_1gpu_bf16$sfx" 1 "${sync[@]}"
+  anchor "anchor_1gpu_bf16_compiled_r$((rep + 5))" 1 "${A1[@]}" --compile
+  swapin "swapin_1gpu_bf16_compiled$sfx" 1 --compile "${sync[@]}"
 done
 rocm rt_1gpu_fbgemm_bf16_densec 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.compile_dense=true
 rocm rt_1gpu_fbgemm_bf16_bf16res 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.dcn_autocast_residual=true
@@ -243,7 +254,8 @@ rocm rt_1gpu_fbgemm_bf16_eager 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.compile_int
 rocm rt_2gpu_fbgemm_bf16 2 "${RT[@]}"
 anchor anchor_2gpu_bf16_compiled 2 "${A1[@]}" --compile
 rocm rt_1gpu_fbgemm_bf16_lean 1 "${RT[@]}" "${LEAN[@]}"
-rocm rt_1gpu_triton_bf16 1 kernel=triton "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}"
+rocm rt_1gpu_triton_bf16 1 kernel=triton "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}" \
+  trainer.limit_val_batches=0 "${PROF[@]}"
 rocm rt_2gpu_triton_bf16 2 kernel=triton "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}"
 rocm rt_1gpu_fbgemm_bf16_nopipe 1 kernel=fbgemm strategy.pipeline=none "${BF16[@]}" "${SMALL[@]}"
 anchor anchor_1gpu_fp32_compiled 1 --compile "${ANCHOR_SMALL[@]}"

@@ -150,6 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--data", choices=("planted", "uniform"), default="planted")
     p.add_argument(
+        "--sync-report",
+        action="store_true",
+        help="record the host-device syncs of steps 9-12 (inside the warm-up) to "
+        "OUT_DIR/syncs/ with rocmtrain's SyncReportCallback, as a user adds a callback",
+    )
+    p.add_argument(
         "--cpu-smoke",
         action="store_true",
         help="tiny shapes (D=16, small MLPs, 2000 rows, B=256), accelerator=cpu, 1 device",
@@ -169,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     throughput = ThroughputCallback(
         args.out_dir, warmup_steps=args.warmup, sync_every=args.sync_every
     )
+    callbacks: list[pl.Callback] = [throughput]
+    if args.sync_report:
+        from rocmtrain.diagnostics.syncs import SyncReportCallback
+
+        callbacks.append(SyncReportCallback(Path(args.out_dir), start_step=9, steps=4))
     trainer = pl.Trainer(
         strategy="torchrec",
         accelerator="gpu" if gpu else "cpu",
@@ -180,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[throughput],
+        callbacks=callbacks,
     )
     loader = DataLoader(Cycled(batches, args.warmup + args.steps), batch_size=None)
     trainer.fit(module, loader)
