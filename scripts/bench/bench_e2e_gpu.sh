@@ -3,9 +3,9 @@
 # compiled in place: the tuned anchor) vs `python -m rocmtrain` (recipe dlrm_dcnv2_h200:
 # DLRM-DCNv2, 26 tables D=128 MLPerf multi-hot, rows capped at 10 M, global batch 65536,
 # synthetic planted-signal data) and a user's own LightningModule with the strategy swapped in.
-# First the 1-GPU bf16 suite: the tuned-anchor/rocmtrain pair five times (interleaved), the
-# convergence pair (new batches every step), the levers off, the swap-in pairs, each dense lever
-# on its own; then
+# First the 1-GPU bf16 suite: the tuned-anchor/rocmtrain pair five times (interleaved, the
+# swap-in pairs in the first three rounds), the convergence pair (new batches every step), the
+# levers off, kernel=triton, each dense lever on its own; then
 # the older stages (2 GPUs, kernel=triton, fp32, ...) as the budget allows.
 #
 #   scripts/bench/bench_e2e_gpu.sh                 # 1 or 2 H200 (2-GPU stages skipped on 1)
@@ -13,7 +13,10 @@
 #
 # Options: --out DIR (default $OUT or ./e2e_out; results go to DIR/e2e/), --budget-s S (default 540:
 # stages that would not fit are skipped and listed), --only a,b (stage names or globs: the swap-in
-# suite alone is --only 'anchor_1gpu_bf16,anchor_1gpu_bf16_r?,anchor_1gpu_bf16_compiled_r[678],swapin_*').
+# suite alone is --only 'anchor_1gpu_bf16*,swapin_*'), --work DIR (the stages' working folder,
+# default a new /tmp/e2e_work.XXXX), --continue (with --work: one run over several invocations,
+# e.g. device calls with a time limit: the stages DIR already ran are kept, the rest run now, and
+# the summary covers them all).
 # Every stage runs under `timeout`; after each stage DIR/e2e/{summary.md,results.json,
 # convergence.png} are rewritten, so a partial run still reports. DIR/e2e/logs.tar.gz holds every
 # stage's log and the small files of every run dir (throughput.json, monitor/step_stats.json,
@@ -25,12 +28,16 @@ MODE=gpu
 OUT_DIR=${OUT:-$PWD/e2e_out}
 BUDGET=540
 ONLY=""
+WORK=""
+CONTINUE=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu-smoke) MODE=cpu ;;
     --out) OUT_DIR=$2; shift ;;
     --budget-s) BUDGET=$2; shift ;;
     --only) ONLY=$2; shift ;;
+    --work) WORK=$2; shift ;;
+    --continue) CONTINUE=1 ;;
     -h|--help) sed -n 2,19p "$0"; exit 0 ;;
     *) echo "bench_e2e_gpu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -39,11 +46,21 @@ done
 
 PY=${PYTHON:-python}
 E2E=$OUT_DIR/e2e
-WORK=${E2E_WORK:-$(mktemp -d /tmp/e2e_work.XXXX)}
+if [ "$CONTINUE" = 1 ] && [ ! -f "$WORK/stages.jsonl" ]; then
+  echo "bench_e2e_gpu.sh: --continue needs --work DIR of an earlier invocation (no" \
+       "${WORK:-<unset>}/stages.jsonl); start without --continue" >&2
+  exit 2
+fi
+WORK=${WORK:-$(mktemp -d /tmp/e2e_work.XXXX)}
 LOGS=$WORK/logs
 mkdir -p "$E2E" "$LOGS" "$WORK/runs"
 STAGES=$WORK/stages.jsonl
-: > "$STAGES"
+if [ "$CONTINUE" = 1 ]; then  # keep what ran; stages the budget skipped run now
+  grep -vE '"status": ?"skipped"' "$STAGES" > "$STAGES.kept" || true
+  mv "$STAGES.kept" "$STAGES"
+else
+  : > "$STAGES"
+fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 # NVLink SHARP / multicast off on the lent machines (KINDS.md)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -73,7 +90,7 @@ else
   export TRITON_INTERPRET=1  # kernel=triton stages run rocmtrain's Triton TBE in the interpreter
 fi
 export E2E_WARMUP_STEPS=$WARMUP E2E_SYNC_EVERY=$SYNC
-log "mode=$MODE gpus=$NGPU out=$E2E work=$WORK budget=${BUDGET}s root=$ROOT"
+log "mode=$MODE gpus=$NGPU out=$E2E work=$WORK budget=${BUDGET}s continue=$CONTINUE root=$ROOT"
 $PY - > "$E2E/env.txt" 2>&1 <<'EOF'
 import importlib.metadata as md, platform, torch
 print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda)
@@ -106,6 +123,7 @@ selected() {  # selected NAME: NAME matches one of the comma-separated --only pa
 run_stage() {
   local name=$1 kind=$2 gpus=$3 tmo=$4; shift 4
   if [ -n "$ONLY" ] && ! selected "$name"; then return 0; fi
+  if grep -qE "\"name\": ?\"$name\"" "$STAGES"; then return 0; fi  # --continue: ran before
   local left=$(( BUDGET - ($(date +%s) - T_START) - 10 ))
   if [ "$gpus" -gt "$NGPU" ]; then
     log "skip $name: needs $gpus GPUs, have $NGPU"
@@ -189,8 +207,8 @@ else
 fi
 
 # Stages in priority order (the budget cuts from the end): first what the targets need (the
-# tuned-anchor/rocmtrain pair five times, the convergence pair, the recipe with its levers off,
-# the swap-in pairs), then each lever on its own, then the older stages.
+# tuned-anchor/rocmtrain pair five times with the swap-in pairs, the convergence pair, the recipe
+# with its levers off, kernel=triton), then each lever on its own, then the older stages.
 #   anchor_*_compiled: the tuned anchor (DCN cross net compiled in place); _r2.._r5: repeats,
 #            interleaved with rocmtrain's, so every ratio has 5 readings a side
 #   rt_1gpu_fbgemm_bf16: the recipe as it is (its dense levers on)
@@ -215,8 +233,11 @@ RT_FIT=(kernel=fbgemm "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}")
 # throughput stages skip validation (its graphs would be compiled too, for nothing)
 RT=("${RT_FIT[@]}" trainer.limit_val_batches=0)
 A1=(--bf16 "${ANCHOR_SMALL[@]}")
-# the recipe against the tuned anchor, five interleaved rounds (the first profiled, with the sync
-# report); the convergence pair after the third round, so a budget cut takes rounds 4-5 first
+# Five interleaved rounds of the recipe against the tuned anchor (the first profiled, with the sync
+# report); rounds 1-3 also hold the swap-in pairs (a user's own module with the strategy, DCN
+# compiled and eager, against plain TorchRec with the same compile setting: the compiled one
+# shares the tuned anchor's readings), their first with a sync report; the convergence pair after
+# round 3, so a budget cut takes rounds 4-5 first.
 for rep in 1 2 3 4 5; do
   sfx=$([ "$rep" = 1 ] || echo "_r$rep")
   if [ "$rep" = 1 ]; then
@@ -227,25 +248,21 @@ for rep in 1 2 3 4 5; do
     anchor "anchor_1gpu_bf16_compiled$sfx" 1 "${A1[@]}" --compile
     rocm "rt_1gpu_fbgemm_bf16$sfx" 1 "${RT[@]}"
   fi
+  if [ "$rep" -le 3 ]; then
+    sync=(); [ "$rep" = 1 ] && sync=(--sync-report)
+    swapin "swapin_1gpu_bf16_compiled$sfx" 1 --compile "${sync[@]}"
+    anchor "anchor_1gpu_bf16$sfx" 1 "${A1[@]}"
+    swapin "swapin_1gpu_bf16$sfx" 1 "${sync[@]}"
+  fi
   if [ "$rep" = 3 ]; then
     anchor anchor_1gpu_bf16_compiled_fresh 1 "${A1[@]}" --compile "${ANCHOR_FRESH[@]}"
     rocm rt_1gpu_fbgemm_bf16_fresh 1 "${RT_FIT[@]}" "${FRESH[@]}"
   fi
 done
 rocm rt_1gpu_fbgemm_bf16_base 1 "${RT[@]}" "${LEVERS_OFF[@]}" "${PROF[@]}"
+rocm rt_1gpu_triton_bf16 1 kernel=triton "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}" \
+  trainer.limit_val_batches=0 "${PROF[@]}"
 rocm rt_1gpu_fbgemm_bf16_nores_fresh 1 "${RT_FIT[@]}" "${FRESH[@]}" model.dcn_autocast_residual=false
-# the swap-in suite (run it on its own: --only 'anchor_1gpu_bf16,anchor_1gpu_bf16_r?,
-# anchor_1gpu_bf16_compiled_r[678],swapin_*'): each stage pair, user module vs plain TorchRec with
-# the same compile setting, three times interleaved (the compiled anchor's repeats 6-8 are its
-# own, so this suite needs no other stage); the first of each reports its host-device syncs
-for rep in 1 2 3; do
-  sfx=$([ "$rep" = 1 ] || echo "_r$rep")
-  sync=(); [ "$rep" = 1 ] && sync=(--sync-report)
-  anchor "anchor_1gpu_bf16$sfx" 1 "${A1[@]}"
-  swapin "swapin_1gpu_bf16$sfx" 1 "${sync[@]}"
-  anchor "anchor_1gpu_bf16_compiled_r$((rep + 5))" 1 "${A1[@]}" --compile
-  swapin "swapin_1gpu_bf16_compiled$sfx" 1 --compile "${sync[@]}"
-done
 rocm rt_1gpu_fbgemm_bf16_densec 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.compile_dense=true
 rocm rt_1gpu_fbgemm_bf16_bf16res 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.dcn_autocast_residual=true
 rocm rt_1gpu_fbgemm_bf16_embbf16 1 "${RT[@]}" "${LEVERS_OFF[@]}" "model.embedding_output_dtype=$EMB_LOW"
@@ -254,8 +271,6 @@ rocm rt_1gpu_fbgemm_bf16_eager 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.compile_int
 rocm rt_2gpu_fbgemm_bf16 2 "${RT[@]}"
 anchor anchor_2gpu_bf16_compiled 2 "${A1[@]}" --compile
 rocm rt_1gpu_fbgemm_bf16_lean 1 "${RT[@]}" "${LEAN[@]}"
-rocm rt_1gpu_triton_bf16 1 kernel=triton "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}" \
-  trainer.limit_val_batches=0 "${PROF[@]}"
 rocm rt_2gpu_triton_bf16 2 kernel=triton "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}"
 rocm rt_1gpu_fbgemm_bf16_nopipe 1 kernel=fbgemm strategy.pipeline=none "${BF16[@]}" "${SMALL[@]}"
 anchor anchor_1gpu_fp32_compiled 1 --compile "${ANCHOR_SMALL[@]}"

@@ -61,3 +61,47 @@ def test_swapin_and_fresh_anchor_smoke_then_summary(tmp_path):
     md = (tmp_path / "e2e" / "summary.md").read_text()
     assert "| swapin_1gpu_bf16 | user module + strategy | 1 |" in md
     assert (tmp_path / "e2e" / "convergence.png").is_file()
+
+
+def _bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(BENCH / "bench_e2e_gpu.sh"), "--cpu-smoke", *args],
+        env=_env(), capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def _stage_rows(work: Path) -> list[dict]:
+    return [json.loads(line) for line in (work / "stages.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_bench_continue_runs_what_the_budget_skipped_and_keeps_what_ran(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    only = ("--only", "anchor_1gpu_bf16")
+    # a budget too small for any stage: the stage is listed as skipped, nothing runs
+    first = _bench("--out", str(out), "--work", str(work), "--budget-s", "20", *only)
+    assert first.returncode == 0, first.stderr
+    assert [(r["name"], r["status"]) for r in _stage_rows(work)] == [
+        ("anchor_1gpu_bf16", "skipped")
+    ]
+
+    second = _bench(
+        "--out", str(out), "--work", str(work), "--continue", "--budget-s", "300", *only
+    )
+    assert second.returncode == 0, second.stderr
+    rows = _stage_rows(work)
+    assert [(r["name"], r["status"]) for r in rows] == [("anchor_1gpu_bf16", "ok")]
+    assert json.loads(Path(rows[0]["result"]).read_text())["median_step_ms_windows"] > 0
+
+    # a third invocation finds the stage done: it runs nothing and keeps the row
+    third = _bench("--out", str(out), "--work", str(work), "--continue", "--budget-s", "300", *only)
+    assert third.returncode == 0, third.stderr
+    assert "start anchor_1gpu_bf16" not in third.stdout
+    assert _stage_rows(work) == rows
+    assert "anchor_1gpu_bf16" in (out / "e2e" / "summary.md").read_text()
+
+
+def test_bench_continue_needs_the_work_dir_of_an_earlier_run(tmp_path):
+    res = _bench("--out", str(tmp_path), "--work", str(tmp_path / "none"), "--continue", timeout=60)
+    assert res.returncode == 2
+    assert "--continue needs --work DIR" in res.stderr
