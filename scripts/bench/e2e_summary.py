@@ -90,6 +90,7 @@ def row_of(stage: dict[str, Any]) -> dict[str, Any]:
         "peak_mem_gib": None,
         "val_auc": [],
         "global_batch": None,
+        "host_step_ms": _host_step_ms(stage),
     }
     doc = _read_json(stage.get("result"))
     if doc is None:
@@ -119,6 +120,15 @@ def row_of(stage: dict[str, Any]) -> dict[str, Any]:
         if row["status"] == "ok" and not doc.get("final"):
             row["status"] = "partial"
     return row
+
+
+def _host_step_ms(stage: dict[str, Any]) -> float | None:
+    """The device monitor's host-side step time (p50 between batch starts, rank 0): about the
+    device step when the GPU is the limit (the host waits on a full launch queue), below it when
+    the host has slack; at or above it, the run is host-bound."""
+    run = stage.get("run_dir")
+    doc = _read_json(str(Path(run) / "monitor" / "step_stats.json")) if run else None
+    return (doc or {}).get("stats", {}).get("step_time_p50_ms")
 
 
 def _fmt_rate(x: float | None) -> str:
@@ -464,9 +474,9 @@ def render(rows: list[dict[str, Any]], stages, *, mode: str, env: str, plot: str
         out += ["```", env.strip(), "```", ""]
     out += [
         "| stage | impl | GPUs | kernel | precision | pipeline | status | samples/s (median) "
-        "| step ms | peak GiB | vs anchor | scaling | val AUC first→last "
+        "| step ms | host step ms (p50) | peak GiB | vs anchor | scaling | val AUC first→last "
         "| train AUC first→last | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         auc_s, train_s = (
@@ -476,7 +486,7 @@ def render(rows: list[dict[str, Any]], stages, *, mode: str, env: str, plot: str
             f"| {r['name']} | {r['impl']} | {r['gpus']} | {r['kernel']} | {r['precision']} | "
             f"{'sparse_dist' if r['pipeline'] else 'none'} | {r['status']} | "
             f"{_fmt_rate(r['samples_per_s'])} | {_fmt(r['step_ms'], '.2f')} | "
-            f"{_fmt(r['peak_mem_gib'], '.1f')} | {_fmt(r['vs_anchor'], '.2f')} | "
+            f"{_fmt(r['host_step_ms'], '.2f')} | {_fmt(r['peak_mem_gib'], '.1f')} | {_fmt(r['vs_anchor'], '.2f')} | "
             f"{_fmt(r['scaling'], '.2f')} | {auc_s} | {train_s} | {_fmt(r['seconds'], 'd')} |"
         )
     out += [""] + repeats_table(rows) + _lever_lines(groups(rows))

@@ -111,6 +111,11 @@ def test_variants_timelines_and_sync_sites(tmp_path):
         stem = "step_timeline" if name.startswith("anchor") else "step_timeline_rank0"
         _write(prof / f"{stem}.json", timeline)
     (runs / "rt_1gpu_fbgemm_bf16" / "syncs").mkdir()
+    (runs / "rt_1gpu_fbgemm_bf16" / "monitor").mkdir()
+    _write(
+        runs / "rt_1gpu_fbgemm_bf16" / "monitor" / "step_stats.json",
+        {"stats": {"step_time_p50_ms": 23.86, "step_time_mean_ms": 24.0}, "warmup_steps": 2},
+    )
     (runs / "rt_1gpu_fbgemm_bf16" / "syncs" / "syncs_rank0.md").write_text(
         "# Host-device syncs: 8 in 4 training steps (2.0 per step)\n\n| # | per step | where |\n"
         "|---|---:|---|\n| 1 | 2.00 | `dist_data.py:145 (_get_recat)` |\n\n## 1\n\n```\nstack\n```\n"
@@ -142,11 +147,16 @@ def test_variants_timelines_and_sync_sites(tmp_path):
     assert got["rt_1gpu_fbgemm_bf16_eager"]["vs_anchor"] == 0.8
     assert got["rt_1gpu_fbgemm_bf16_eager"]["variant"] == "eager"
     assert got["rt_1gpu_fbgemm_bf16_fresh"]["pipeline"] is True
+    # the device monitor's host-side step time, where the run recorded one
+    assert got["rt_1gpu_fbgemm_bf16"]["host_step_ms"] == 23.86
+    assert got["rt_1gpu_fbgemm_bf16_eager"]["host_step_ms"] is None
+    assert got["anchor_1gpu_bf16"]["host_step_ms"] is None
     md = (out / "summary.md").read_text()
     targets = md.split("## Targets")[1].split("## Commands")[0]
     assert "rt_1gpu_fbgemm_bf16:" in targets and "_eager" not in targets and "_fresh" not in targets
     assert "| anchor_1gpu_bf16 | 40.00 | 36.00 | 90 | 13.0 |" in md
     assert "| rt_1gpu_fbgemm_bf16 | 30.00 | 28.50 | 95 | 13.0 |" in md
+    assert "| host step ms (p50) |" in md and "| 1.00 | 23.86 |" in md
     assert "### Sync report (rt_1gpu_fbgemm_bf16)" in md and "_get_recat" in md
     assert "```" not in md.split("### Sync report")[1]  # the table only, not the stacks
 
