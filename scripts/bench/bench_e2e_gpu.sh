@@ -6,7 +6,7 @@
 # First the 1-GPU bf16 suite: the tuned-anchor/rocmtrain pair five times (interleaved, the
 # swap-in pairs in the first three rounds), the convergence pair (new batches every step), the
 # levers off, kernel=triton, each dense lever on its own; then
-# the older stages (2 GPUs, kernel=triton, fp32, ...) as the budget allows.
+# the older stages (2 GPUs, fp32, ...) as the budget allows.
 #
 #   scripts/bench/bench_e2e_gpu.sh                 # 1 or 2 H200 (2-GPU stages skipped on 1)
 #   scripts/bench/bench_e2e_gpu.sh --cpu-smoke     # tiny tables, gloo, CPU ranks: tests the logic
@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
     --only) ONLY=$2; shift ;;
     --work) WORK=$2; shift ;;
     --continue) CONTINUE=1 ;;
-    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,23p "$0"; exit 0 ;;
     *) echo "bench_e2e_gpu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
