@@ -64,9 +64,11 @@ def test_swapin_and_fresh_anchor_smoke_then_summary(tmp_path):
 
 
 def _bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    # the stages run with this interpreter (the script's default is `python` on PATH)
+    env = {**_env(), "PYTHON": sys.executable}
     return subprocess.run(
         ["bash", str(BENCH / "bench_e2e_gpu.sh"), "--cpu-smoke", *args],
-        env=_env(), capture_output=True, text=True, timeout=timeout,
+        env=env, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
 
 
@@ -90,7 +92,10 @@ def test_bench_continue_runs_what_the_budget_skipped_and_keeps_what_ran(tmp_path
     )
     assert second.returncode == 0, second.stderr
     rows = _stage_rows(work)
-    assert [(r["name"], r["status"]) for r in rows] == [("anchor_1gpu_bf16", "ok")]
+    log = work / "logs" / "anchor_1gpu_bf16.log"
+    assert [(r["name"], r["status"]) for r in rows] == [("anchor_1gpu_bf16", "ok")], (
+        log.read_text()[-2000:] if log.is_file() else second.stdout
+    )
     assert json.loads(Path(rows[0]["result"]).read_text())["median_step_ms_windows"] > 0
 
     # a third invocation finds the stage done: it runs nothing and keeps the row
