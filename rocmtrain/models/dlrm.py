@@ -76,15 +76,15 @@ def build_dlrm(cfg: ModelConfig, *, dense_device: torch.device | None = None) ->
         if cfg.dcn_autocast_residual:
             model.inter_arch.crossnet.__class__ = AutocastResidualCrossNet
         if cfg.compile_interaction and not cfg.compile_dense:
-            compile_crossnet(model.inter_arch.crossnet)
+            compile_crossnet(model.inter_arch.crossnet, mode=cfg.compile_mode)
     else:
         model = DLRM(**common)
     if cfg.compile_dense:
-        compile_dense(model)
+        compile_dense(model, mode=cfg.compile_mode)
     return model
 
 
-def compile_dense(model: nn.Module) -> None:
+def compile_dense(model: nn.Module, *, mode: str = "default") -> None:
     """``torch.compile`` the ``forward`` of the bottom MLP, the interaction and the top MLP in place.
 
     The ``forward`` methods are compiled, not the modules' calls: the precision policy's fp32
@@ -92,10 +92,11 @@ def compile_dense(model: nn.Module) -> None:
     switched around the compiled code, which Dynamo then sees as a constant), and no module is
     wrapped, so parameter names, state-dict keys and TorchRec's pipeline tracing (these modules
     hold no sharded table, so it treats them as leaves) do not change. Static shapes: one graph per
-    batch size, grad mode and autocast state.
+    batch size, grad mode and autocast state. ``mode``: ``torch.compile``'s (``reduce-overhead``
+    replays each part as a CUDA graph; the caller marks each step, :func:`mark_step`).
     """
     for part in (model.dense_arch, model.inter_arch, model.over_arch):
-        part.forward = torch.compile(part.forward, dynamic=False)
+        part.forward = torch.compile(part.forward, dynamic=False, mode=mode)
 
 
 class AutocastResidualCrossNet(LowRankCrossNet):
@@ -123,14 +124,26 @@ class AutocastResidualCrossNet(LowRankCrossNet):
         return x_l
 
 
-def compile_crossnet(crossnet: nn.Module) -> None:
+def compile_crossnet(crossnet: nn.Module, *, mode: str = "default") -> None:
     """``torch.compile`` a cross network in place (``nn.Module.compile``: parameter names and
     state-dict keys stay as they are, so checkpoints and the sharding plan do not change).
 
     Static shapes: one graph per batch size and grad mode (training, validation); the fused
     elementwise kernels keep eager's dtypes.
     """
-    crossnet.compile(dynamic=False)
+    crossnet.compile(dynamic=False, mode=mode)
+
+
+def mark_step(cfg: ModelConfig) -> None:
+    """Start a new step of the CUDA-graphed parts (``model.compile_mode=reduce-overhead``).
+
+    CUDA graph trees reuse their output buffers from one replay to the next; marking each step's
+    start tells them the previous step's outputs are no longer read, so the next replay may
+    overwrite them instead of recording a new graph branch. Every forward of a step (training or
+    validation) runs after one mark. Does nothing without CUDA graphs.
+    """
+    if cfg.uses_cuda_graphs:
+        torch.compiler.cudagraph_mark_step_begin()
 
 
 def apply_embedding_optimizer(module: nn.Module, cfg: ModelConfig) -> None:

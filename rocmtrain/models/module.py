@@ -27,7 +27,12 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 
 from rocmtrain.config.model import ModelConfig
 from rocmtrain.metrics import BinnedBinaryAUROC, NormalizedEntropy
-from rocmtrain.models.dlrm import apply_embedding_optimizer, build_dlrm, dense_optimizer
+from rocmtrain.models.dlrm import (
+    apply_embedding_optimizer,
+    build_dlrm,
+    dense_optimizer,
+    mark_step,
+)
 from rocmtrain.progress import loggers_write
 
 _FLUSH_EVERY = 256
@@ -69,6 +74,7 @@ class DLRMModule(pl.LightningModule):
         return self.model(batch.dense_features, batch.sparse_features).squeeze(-1)
 
     def _step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        mark_step(self.cfg)
         logits = self(batch)
         loss = F.binary_cross_entropy_with_logits(logits, batch.labels)
         return loss, logits
@@ -219,6 +225,7 @@ class PipelinedDLRMModule(DLRMModule):
         self._pipeline: Any = None
 
     def _pipeline_fwd(self, batch: Batch) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        mark_step(self.cfg)
         logits = self.trainer.strategy.model(batch)  # DMP -> DDP -> self.forward
         loss = F.binary_cross_entropy_with_logits(logits, batch.labels)
         return loss, (loss.detach(), logits.detach(), batch.labels)

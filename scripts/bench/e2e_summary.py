@@ -250,25 +250,34 @@ def repeats_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _lever_lines(grouped: dict[str, dict[str, Any]]) -> list[str]:
-    """Each dense lever on its own against ``_base`` (the levers off), and all of them together."""
-    base = "rt_1gpu_fbgemm_bf16_base"
-    if base not in grouped or not grouped[base]["median"]:
-        return []
-    out = ["## Dense levers (1 GPU, bf16; against `_base` = the levers off)", ""]
-    for name, what in (
-        ("rt_1gpu_fbgemm_bf16_densec", "model.compile_dense=true"),
-        ("rt_1gpu_fbgemm_bf16_embbf16", "model.embedding_output_dtype=bf16"),
-        ("rt_1gpu_fbgemm_bf16_fusedopt", "model.dense_optimizer_impl=fused"),
-        ("rt_1gpu_fbgemm_bf16_bf16res", "model.dcn_autocast_residual=true"),
-        ("rt_1gpu_fbgemm_bf16", "all together (the recipe)"),
-    ):
-        q = ratio(grouped, name, base)
-        peak = grouped.get(name, {}).get("peak_mem_gib")
+    """Each dense lever on its own against ``_base`` (the levers off), all of them together, and
+    the recipe against ``_nocg`` (its compiled parts without CUDA graphs)."""
+    base, nocg, head = "rt_1gpu_fbgemm_bf16_base", "rt_1gpu_fbgemm_bf16_nocg", "rt_1gpu_fbgemm_bf16"
+    out = []
+    if base in grouped and grouped[base]["median"]:
+        for name, what in (
+            ("rt_1gpu_fbgemm_bf16_densec", "model.compile_dense=true"),
+            ("rt_1gpu_fbgemm_bf16_embbf16", "model.embedding_output_dtype=bf16"),
+            ("rt_1gpu_fbgemm_bf16_fusedopt", "model.dense_optimizer_impl=fused"),
+            ("rt_1gpu_fbgemm_bf16_bf16res", "model.dcn_autocast_residual=true"),
+            (head, "all together (the recipe)"),
+        ):
+            q = ratio(grouped, name, base)
+            peak = grouped.get(name, {}).get("peak_mem_gib")
+            out.append(
+                f"- `{name}` ({what}): {_fmt_ratio(q)} vs base; peak {_fmt(peak, '.1f')} GiB "
+                f"(base {_fmt(grouped[base]['peak_mem_gib'], '.1f')})"
+            )
+    if nocg in grouped and grouped[nocg]["median"]:
         out.append(
-            f"- `{name}` ({what}): {_fmt_ratio(q)} vs base; peak {_fmt(peak, '.1f')} GiB "
-            f"(base {_fmt(grouped[base]['peak_mem_gib'], '.1f')})"
+            f"- CUDA graphs (model.compile_mode=reduce-overhead): `{head}` "
+            f"{_fmt_ratio(ratio(grouped, head, nocg))} vs `{nocg}` (without); peak "
+            f"{_fmt(grouped.get(head, {}).get('peak_mem_gib'), '.1f')} vs "
+            f"{_fmt(grouped[nocg]['peak_mem_gib'], '.1f')} GiB"
         )
-    return out + [""]
+    if not out:
+        return []
+    return ["## Dense levers (1 GPU, bf16; against `_base` = the levers off)", "", *out, ""]
 
 
 def targets(rows: list[dict[str, Any]]) -> list[str]:

@@ -187,6 +187,7 @@ def test_repeats_best_anchor_levers_convergence_and_swapin(tmp_path):
     run("rt_1gpu_fbgemm_bf16", 2.7e6)
     run("rt_1gpu_fbgemm_bf16_base", 2.2e6)
     run("rt_1gpu_fbgemm_bf16_densec", 2.42e6)
+    run("rt_1gpu_fbgemm_bf16_nocg", 2.25e6, peak=29.0)
     anchor("anchor_1gpu_bf16_compiled_r2", 2.2e6)
     run("rt_1gpu_fbgemm_bf16_r2", 2.6e6)
     anchor("anchor_1gpu_bf16_compiled_r3", 2.0e6)
@@ -228,6 +229,11 @@ def test_repeats_best_anchor_levers_convergence_and_swapin(tmp_path):
     assert "target lower bound >= 1.2x and >= 2.5 M: missed" in md
     assert "peak memory rt_1gpu_fbgemm_bf16 30.0 GiB vs anchor 36.0 GiB: MET" in md
     assert "`rt_1gpu_fbgemm_bf16_densec` (model.compile_dense=true): 1.10x" in md
+    # the recipe (median 2.7 M of 2.6-2.8 M) against its CUDA-graph-free twin (one reading)
+    assert (
+        "CUDA graphs (model.compile_mode=reduce-overhead): `rt_1gpu_fbgemm_bf16` 1.20x "
+        "(lower bound 1.16x" in md
+    )
     assert (
         "convergence (rt_1gpu_fbgemm_bf16_fresh): final val AUC 0.8480 vs tuned anchor 0.8500 "
         "(gap -0.0020; target within 0.003): MET" in md

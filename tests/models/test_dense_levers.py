@@ -253,3 +253,15 @@ def test_unresolved_autocast_output_is_a_config_error() -> None:
     cfg = _cfg(embedding_output_dtype="autocast")
     with pytest.raises(ConfigError, match="resolve_model_config"):
         apply_embedding_optimizer(build_dlrm(cfg), cfg)
+
+
+def test_config_rejects_a_compile_mode_without_compiled_parts() -> None:
+    from rocmtrain.config import ConfigError
+
+    with pytest.raises(ConfigError, match="compile_mode.*compile_dense=true"):
+        _cfg("dot", compile_mode="reduce-overhead").validate()
+    with pytest.raises(ConfigError, match="compile_mode"):
+        _cfg(compile_dense=True, compile_mode="max-speed").validate()
+    graphed = _cfg(compile_interaction=True, compile_mode="reduce-overhead")
+    graphed.validate()
+    assert graphed.uses_cuda_graphs and not _cfg(compile_dense=True).uses_cuda_graphs
