@@ -67,8 +67,9 @@ class ModelConfig:
     compile_mode: str = "default"
     """``torch.compile`` mode of the compiled parts (``compile_dense`` / ``compile_interaction``):
     ``default``, or ``reduce-overhead``: each compiled part's forward and backward are replayed
-    as CUDA graphs (HIP graphs on ROCm; PyTorch's CUDA graph trees), one launch per part instead
-    of one per kernel. Same kernels and numbers; pays where the host needs about as long per step
+    as CUDA graphs (PyTorch's CUDA graph trees; ROCm builds run them as hipGraphs — used on ROCm
+    by AMD's own stacks, e.g. rocm.docs.amd.com ATOM's CUDA-graph guide, but not measured on an
+    MI300 here), one launch per part instead of one per kernel. Same kernels and numbers; pays where the host needs about as long per step
     as the GPU, the case of DLRM-DCNv2 on one fast GPU. Costs a recording per shape and grad
     mode, the inputs that come from outside a graph (dense features, pooled embeddings) copied
     into its static buffers each step, and a private memory pool. CUDA devices only: on CPU

@@ -65,3 +65,19 @@ def test_bench_targets_use_the_lower_bound(monkeypatch):
     lines = bench.targets([ours, fb])
     line = next(x for x in lines if x.startswith(f"- ours {big} fwd+bwd+sgd"))
     assert "MISSED" in line and "1.30x" in line  # median 1.3 >= 1.1, lower bound 1.0 < 1.1
+
+
+def test_torch_reference_provider_takes_the_batch_from_its_inputs(monkeypatch):
+    """The correctness check runs a smaller batch than the timed one (at most 2048 bags): the
+    torch providers must read B from the offsets (a multi-table case once indexed past them)."""
+    import torch
+
+    bench = _load(monkeypatch)
+    case = bench.Case("t", [50, 40, 30], 8, [1, 3, 2], 64, torch.float32, "uniform", sets=1)
+    small = bench.Case("t", case.rows, 8, case.hot, 16, torch.float32, "uniform", sets=1)
+    idx, off = bench.make_inputs(small, torch.device("cpu"), seed=3)[0]
+    torch_eb = bench.TorchEB(case, torch.device("cpu"), sparse=True)
+    want = bench.reference_forward(torch_eb.weights(), small, 16, idx)
+    got = torch_eb.fwd(idx, off)
+    assert got.shape == (16, 3 * 8)
+    torch.testing.assert_close(got.double(), want.double(), rtol=1e-6, atol=1e-6)
