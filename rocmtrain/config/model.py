@@ -66,14 +66,14 @@ class ModelConfig:
     logits) stays eager: it is one pass over B values. Costs a one-time compile per part."""
     compile_mode: str = "default"
     """``torch.compile`` mode of the compiled parts (``compile_dense`` / ``compile_interaction``):
-    ``default``, or ``reduce-overhead``: each compiled part's forward and backward are replayed
-    as CUDA graphs (PyTorch's CUDA graph trees; ROCm builds run them as hipGraphs — used on ROCm
-    by AMD's own stacks, e.g. rocm.docs.amd.com ATOM's CUDA-graph guide, but not measured on an
-    MI300 here), one launch per part instead of one per kernel. Same kernels and numbers; pays where the host needs about as long per step
-    as the GPU, the case of DLRM-DCNv2 on one fast GPU. Costs a recording per shape and grad
-    mode, the inputs that come from outside a graph (dense features, pooled embeddings) copied
-    into its static buffers each step, and a private memory pool. CUDA devices only: on CPU
-    PyTorch compiles as ``default`` and says so once."""
+    ``default``, or ``reduce-overhead``: each compiled part's forward and backward are replayed as
+    CUDA graphs (PyTorch's CUDA graph trees), one launch per part instead of one per kernel. ROCm
+    builds of PyTorch run them as hipGraphs (AMD's own stacks use them, e.g. the CUDA-graph guide
+    of ROCm ATOM, rocm.docs.amd.com); not measured on an MI300 here. Same kernels and numbers;
+    pays where the host needs about as long per step as the GPU, the case of DLRM-DCNv2 on one
+    fast GPU. Costs a recording per shape and grad mode, the inputs that come from outside a graph
+    (dense features, pooled embeddings) copied into its static buffers each step, and a private
+    memory pool. GPU only: on a CPU the parts compile as ``default`` (a warning says so)."""
     dcn_autocast_residual: bool = False
     """DCN only: under autocast (mixed precision with ``precision.policy.interaction=autocast``),
     carry the cross net's residual stream ``x_0``, ``x_l`` in the autocast dtype (bf16) instead of

@@ -146,6 +146,19 @@ def mark_step(cfg: ModelConfig) -> None:
         torch.compiler.cudagraph_mark_step_begin()
 
 
+def warn_without_cuda_graphs(cfg: ModelConfig, device: torch.device) -> bool:
+    """Log a warning when ``model.compile_mode=reduce-overhead`` cannot record graphs on
+    ``device`` (PyTorch then compiles the parts as ``default`` without saying so); True if so."""
+    if not cfg.uses_cuda_graphs or device.type == "cuda":
+        return False
+    log.warning(
+        "model.compile_mode=reduce-overhead: the dense parts run on %s, which has no CUDA/HIP "
+        "graphs; they run as compile_mode=default (set it to silence this)",
+        device.type,
+    )
+    return True
+
+
 def apply_embedding_optimizer(module: nn.Module, cfg: ModelConfig) -> None:
     """Attach the fused (in-backward) embedding optimizer to every EmbeddingBagCollection."""
     kind = cfg.embedding_optimizer

@@ -32,6 +32,7 @@ from rocmtrain.models.dlrm import (
     build_dlrm,
     dense_optimizer,
     mark_step,
+    warn_without_cuda_graphs,
 )
 from rocmtrain.progress import loggers_write
 
@@ -80,6 +81,10 @@ class DLRMModule(pl.LightningModule):
         return loss, logits
 
     # -- training ----------------------------------------------------------------------------
+    def on_fit_start(self) -> None:
+        if self.trainer.is_global_zero:
+            warn_without_cuda_graphs(self.cfg, self.device)
+
     def on_train_epoch_start(self) -> None:
         self._t0 = self._t_last = time.perf_counter()
         self._samples = 0

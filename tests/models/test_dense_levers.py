@@ -265,3 +265,14 @@ def test_config_rejects_a_compile_mode_without_compiled_parts() -> None:
     graphed = _cfg(compile_interaction=True, compile_mode="reduce-overhead")
     graphed.validate()
     assert graphed.uses_cuda_graphs and not _cfg(compile_dense=True).uses_cuda_graphs
+
+
+def test_cuda_graphs_without_a_gpu_are_a_warning(caplog) -> None:
+    from rocmtrain.models.dlrm import warn_without_cuda_graphs
+
+    graphed = _cfg(compile_dense=True, compile_mode="reduce-overhead")
+    with caplog.at_level(logging.WARNING, logger="rocmtrain.models.dlrm"):
+        assert warn_without_cuda_graphs(graphed, torch.device("cpu"))
+        assert not warn_without_cuda_graphs(graphed, torch.device("cuda"))
+        assert not warn_without_cuda_graphs(_cfg(compile_dense=True), torch.device("cpu"))
+    assert caplog.text.count("compile_mode=reduce-overhead") == 1 and "cpu" in caplog.text
