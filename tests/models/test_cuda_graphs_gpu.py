@@ -16,30 +16,13 @@ import copy
 
 import pytest
 import torch
+from dense_models import D, F, dense_forward, dense_params, small_cfg
 
-from rocmtrain.config.model import ModelConfig
 from rocmtrain.models.dlrm import build_dlrm, mark_step
 
 pytestmark = pytest.mark.gpu
 
-B, F, D, STEPS, LR = 64, 3, 8, 4, 0.1
-
-
-def _cfg(interaction: str, **kw) -> ModelConfig:
-    return ModelConfig(
-        num_embeddings_per_feature=[50, 40, 30],
-        embedding_dim=D,
-        dense_arch_layer_sizes=[16, D],
-        over_arch_layer_sizes=[16, 1],
-        interaction=interaction,
-        dcn_num_layers=2,
-        dcn_low_rank_dim=6,
-        **kw,
-    )
-
-
-def _dense(model) -> dict[str, torch.nn.Parameter]:
-    return {k: p for k, p in model.named_parameters() if "sparse_arch" not in k}
+B, STEPS, LR = 64, 4, 0.1
 
 
 def _on(model, device: torch.device):
@@ -49,18 +32,14 @@ def _on(model, device: torch.device):
     return model
 
 
-def _forward(model, dense, sparse):
-    return model.over_arch(model.inter_arch(model.dense_arch(dense), sparse)).squeeze(-1)
-
-
 def _train(model, cfg, batches) -> list[tuple]:
     """STEPS SGD steps; per step the loss, the pooled-embedding grad and a no-grad forward."""
-    params = _dense(model)
+    params = dense_params(model)
     out = []
     for dense, sparse, labels in batches:
         mark_step(cfg)
         sparse = sparse.clone().requires_grad_(True)
-        logits = _forward(model, dense, sparse)
+        logits = dense_forward(model, dense, sparse).squeeze(-1)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
         for p in params.values():
             p.grad = None
@@ -69,7 +48,7 @@ def _train(model, cfg, batches) -> list[tuple]:
             for p in params.values():
                 p -= LR * p.grad
             mark_step(cfg)
-            val = _forward(model, dense, sparse.detach()).double().clone()
+            val = dense_forward(model, dense, sparse.detach()).squeeze(-1).double().clone()
         out.append((loss.detach().double(), sparse.grad.double(), val))
     return out
 
@@ -88,8 +67,10 @@ def _check_against_fp64(interaction: str) -> None:
     from torch._dynamo.utils import counters
 
     torch.manual_seed(0)
-    eager_cfg = _cfg(interaction)
-    graph_cfg = _cfg(interaction, compile_dense=True, compile_mode="reduce-overhead")
+    eager_cfg = small_cfg(interaction, dcn_num_layers=2)
+    graph_cfg = small_cfg(
+        interaction, dcn_num_layers=2, compile_dense=True, compile_mode="reduce-overhead"
+    )
     graph_cfg.validate()
     assert graph_cfg.uses_cuda_graphs
     dev = torch.device("cuda")
@@ -111,7 +92,7 @@ def _check_against_fp64(interaction: str) -> None:
     for step, (g, w) in enumerate(zip(got, want, strict=True)):
         for name, a, b in zip(("loss", "embedding grad", "no-grad forward"), g, w, strict=True):
             torch.testing.assert_close(a, b, rtol=2e-5, atol=1e-6, msg=f"step {step}: {name}")
-    for name, p in _dense(graphed).items():
+    for name, p in dense_params(graphed).items():
         torch.testing.assert_close(
             p.double(), dict(ref.named_parameters())[name], rtol=2e-5, atol=1e-6, msg=name
         )

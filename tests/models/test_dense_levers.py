@@ -16,40 +16,18 @@ import logging
 
 import pytest
 import torch
+from dense_models import D, F, dense_forward, dense_params, small_cfg
 
 import rocmtrain.models.dlrm as dlrm
-from rocmtrain.config.model import ModelConfig
 from rocmtrain.models.dlrm import AutocastResidualCrossNet, build_dlrm, dense_optimizer
 from rocmtrain.precision.policy import apply_submodule_policy
 
-B, F, D = 32, 3, 8
-
-
-def _cfg(interaction: str = "dcn", **kw) -> ModelConfig:
-    return ModelConfig(
-        num_embeddings_per_feature=[50, 40, 30],
-        embedding_dim=D,
-        dense_arch_layer_sizes=[16, D],
-        over_arch_layer_sizes=[16, 1],
-        interaction=interaction,
-        dcn_num_layers=3,
-        dcn_low_rank_dim=6,
-        **kw,
-    )
-
-
-def _dense_forward(model, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
-    """DLRM.forward after the embedding lookup (``sparse``: pooled embeddings ``[B, F, D]``)."""
-    return model.over_arch(model.inter_arch(model.dense_arch(dense), sparse))
-
-
-def _dense_params(model) -> dict[str, torch.nn.Parameter]:
-    return {k: p for k, p in model.named_parameters() if "sparse_arch" not in k}
+B = 32
 
 
 def _nonzero_biases(model) -> None:
     with torch.no_grad():
-        for name, p in _dense_params(model).items():
+        for name, p in dense_params(model).items():
             if "bias" in name:
                 p.normal_(0.0, 0.1)
 
@@ -57,20 +35,20 @@ def _nonzero_biases(model) -> None:
 def _run(model, dense, sparse, grad_out):
     dense = dense.clone().requires_grad_(True)
     sparse = sparse.clone().requires_grad_(True)
-    for p in _dense_params(model).values():
+    for p in dense_params(model).values():
         p.grad = None
-    out = _dense_forward(model, dense, sparse)
+    out = dense_forward(model, dense, sparse)
     out.backward(grad_out.to(out.dtype))
-    grads = {k: p.grad.double() for k, p in _dense_params(model).items()}
+    grads = {k: p.grad.double() for k, p in dense_params(model).items()}
     return out.detach().double(), dense.grad.double(), sparse.grad.double(), grads
 
 
 @pytest.mark.parametrize("interaction", ["dcn", "dot"])
 def test_compile_dense_matches_fp64_eager_forward_and_backward(interaction: str) -> None:
     torch.manual_seed(0)
-    eager = build_dlrm(_cfg(interaction))
+    eager = build_dlrm(small_cfg(interaction))
     _nonzero_biases(eager)
-    compiled = build_dlrm(_cfg(interaction, compile_dense=True))
+    compiled = build_dlrm(small_cfg(interaction, compile_dense=True))
     assert list(compiled.state_dict()) == list(eager.state_dict())  # same keys, no _orig_mod
     compiled.load_state_dict(eager.state_dict())
     ref = copy.deepcopy(eager).double()
@@ -87,15 +65,15 @@ def test_compile_dense_matches_fp64_eager_forward_and_backward(interaction: str)
     with torch.no_grad():
         x2, s2 = torch.randn(8, 13), torch.randn(8, F, D)
         torch.testing.assert_close(
-            _dense_forward(compiled, x2, s2), _dense_forward(eager, x2, s2), rtol=1e-5, atol=1e-5
+            dense_forward(compiled, x2, s2), dense_forward(eager, x2, s2), rtol=1e-5, atol=1e-5
         )
 
 
 def test_compile_dense_keeps_fp32_islands_outside_the_graph() -> None:
     """policy interaction=fp32 under bf16 autocast: the compiled interaction still runs in fp32."""
     torch.manual_seed(1)
-    eager = build_dlrm(_cfg("dcn"))
-    compiled = build_dlrm(_cfg("dcn", compile_dense=True))
+    eager = build_dlrm(small_cfg("dcn"))
+    compiled = build_dlrm(small_cfg("dcn", compile_dense=True))
     compiled.load_state_dict(eager.state_dict())
     policy = {"embeddings": "fp32", "dense_arch": "autocast", "interaction": "fp32",
               "over_arch": "autocast"}  # fmt: skip
@@ -110,7 +88,9 @@ def test_compile_dense_keeps_fp32_islands_outside_the_graph() -> None:
 
 
 def _crossnet(residual: bool, compile_dense: bool = False):
-    model = build_dlrm(_cfg("dcn", dcn_autocast_residual=residual, compile_dense=compile_dense))
+    model = build_dlrm(
+        small_cfg("dcn", dcn_autocast_residual=residual, compile_dense=compile_dense)
+    )
     return model
 
 
@@ -161,7 +141,7 @@ def test_dense_optimizer_impls_match_fp64_for_loop(optimizer: str) -> None:
     grads = [[torch.randn(s) for s in shapes] for _ in range(4)]
 
     def steps(impl: str, dtype: torch.dtype) -> list[torch.Tensor]:
-        cfg = _cfg(dense_optimizer=optimizer, dense_optimizer_impl=impl, dense_lr=0.05)
+        cfg = small_cfg(dense_optimizer=optimizer, dense_optimizer_impl=impl, dense_lr=0.05)
         params = [torch.nn.Parameter(p.to(dtype, copy=True)) for p in init]
         opt = dense_optimizer(params, cfg)
         if impl == "fused":
@@ -182,7 +162,7 @@ def test_fused_without_a_kernel_runs_foreach_and_says_so(monkeypatch, caplog) ->
     monkeypatch.setitem(dlrm._FUSED_SUPPORT, (torch.optim.Adagrad, "cpu"), False)
     params = [torch.nn.Parameter(torch.randn(4))]
     with caplog.at_level(logging.WARNING, logger="rocmtrain.models.dlrm"):
-        opt = dense_optimizer(params, _cfg(dense_optimizer_impl="fused"))
+        opt = dense_optimizer(params, small_cfg(dense_optimizer_impl="fused"))
     assert opt.param_groups[0]["foreach"] is True and not opt.param_groups[0]["fused"]
     assert "running foreach" in caplog.text
 
@@ -191,7 +171,7 @@ def test_config_rejects_unknown_impl() -> None:
     from rocmtrain.config import ConfigError
 
     with pytest.raises(ConfigError, match="dense_optimizer_impl"):
-        _cfg(dense_optimizer_impl="fast").validate()
+        small_cfg(dense_optimizer_impl="fast").validate()
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
@@ -203,7 +183,7 @@ def test_embedding_output_dtype_reaches_the_kernels_fused_params(dtype: str) -> 
     from rocmtrain.embedding.params import tbe_options
     from rocmtrain.models.dlrm import apply_embedding_optimizer
 
-    cfg = _cfg(embedding_output_dtype=dtype, embedding_optimizer="rowwise_adagrad")
+    cfg = small_cfg(embedding_output_dtype=dtype, embedding_optimizer="rowwise_adagrad")
     model = build_dlrm(cfg)
     apply_embedding_optimizer(model, cfg)
     want = {"bf16": SparseType.BF16, "fp16": SparseType.FP16}[dtype]
@@ -213,8 +193,8 @@ def test_embedding_output_dtype_reaches_the_kernels_fused_params(dtype: str) -> 
     _, extra = tbe_options({"optimizer": "rowwise_adagrad", **params[0]._optimizer_kwargs[-1]})
     assert extra["output_dtype"] == {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     # fp32 (the default) leaves the kwargs alone
-    plain = build_dlrm(_cfg())
-    apply_embedding_optimizer(plain, _cfg())
+    plain = build_dlrm(small_cfg())
+    apply_embedding_optimizer(plain, small_cfg())
     assert all(
         "output_dtype" not in p._optimizer_kwargs[-1] for p in plain.sparse_arch.parameters()
     )
@@ -250,7 +230,7 @@ def test_unresolved_autocast_output_is_a_config_error() -> None:
     from rocmtrain.config import ConfigError
     from rocmtrain.models.dlrm import apply_embedding_optimizer
 
-    cfg = _cfg(embedding_output_dtype="autocast")
+    cfg = small_cfg(embedding_output_dtype="autocast")
     with pytest.raises(ConfigError, match="resolve_model_config"):
         apply_embedding_optimizer(build_dlrm(cfg), cfg)
 
@@ -259,20 +239,20 @@ def test_config_rejects_a_compile_mode_without_compiled_parts() -> None:
     from rocmtrain.config import ConfigError
 
     with pytest.raises(ConfigError, match="compile_mode.*compile_dense=true"):
-        _cfg("dot", compile_mode="reduce-overhead").validate()
+        small_cfg("dot", compile_mode="reduce-overhead").validate()
     with pytest.raises(ConfigError, match="compile_mode"):
-        _cfg(compile_dense=True, compile_mode="max-speed").validate()
-    graphed = _cfg(compile_interaction=True, compile_mode="reduce-overhead")
+        small_cfg(compile_dense=True, compile_mode="max-speed").validate()
+    graphed = small_cfg(compile_interaction=True, compile_mode="reduce-overhead")
     graphed.validate()
-    assert graphed.uses_cuda_graphs and not _cfg(compile_dense=True).uses_cuda_graphs
+    assert graphed.uses_cuda_graphs and not small_cfg(compile_dense=True).uses_cuda_graphs
 
 
 def test_cuda_graphs_without_a_gpu_are_a_warning(caplog) -> None:
     from rocmtrain.models.dlrm import warn_without_cuda_graphs
 
-    graphed = _cfg(compile_dense=True, compile_mode="reduce-overhead")
+    graphed = small_cfg(compile_dense=True, compile_mode="reduce-overhead")
     with caplog.at_level(logging.WARNING, logger="rocmtrain.models.dlrm"):
         assert warn_without_cuda_graphs(graphed, torch.device("cpu"))
         assert not warn_without_cuda_graphs(graphed, torch.device("cuda"))
-        assert not warn_without_cuda_graphs(_cfg(compile_dense=True), torch.device("cpu"))
+        assert not warn_without_cuda_graphs(small_cfg(compile_dense=True), torch.device("cpu"))
     assert caplog.text.count("compile_mode=reduce-overhead") == 1 and "cpu" in caplog.text
