@@ -46,6 +46,14 @@ class ArchParams:
     at D=128 (tile 16): 93 registers for rowwise Adagrad, 72 for SGD, no spills (cuobjdump),
     ~20 resident warps per SM to hide the key -> perm -> bag -> grad load chain; 32 would be
     179 / 110 registers and 8 warps per SM."""
+    bwd_reduce: str = "scan"
+    """Backward: how a tile sums each row's run of equal sorted keys. ``"scan"``: a segmented
+    ``tl.associative_scan`` over the ``[tile, BLOCK_D]`` gradient tile (the sum lands at the
+    run's last position); ``"dot"``: a ``[tile, tile]`` 0/1 same-key matrix times the gradient
+    tile in fp32 (``tl.dot(..., input_precision="ieee")``: every position gets its run's sum)."""
+    bwd_bag_sorted: bool = False
+    """Backward: gather each sorted position's bag once (``bags[perm]``, one extra pass) so the
+    tile kernel reads it in sorted order, one dependent load less before the gradient rows."""
     hot_block: int = 32
     """Backward: per-block carries added per step when a hot row spans several hot blocks."""
     hot_tiles: int = 16
@@ -72,6 +80,7 @@ ARCH_TABLE: dict[str, ArchParams] = {
     # a row seen 1e4 times still spans ~20 tiles and takes the hot-row path).
     "cpu": ArchParams(
         bwd_lanes=32,
+        bwd_reduce="dot",  # numpy matmul; the interpreter's generic scan is a Python loop
         bwd_max_tile=512,
         bwd_elems_per_lane=4096,
         hot_block=4,  # small, so the tests walk several carry chunks
@@ -156,6 +165,8 @@ class LaunchConfig:
     is_amd: bool
     hot_block: int = 0
     hot_tiles: int = 0
+    reduce: str = "scan"
+    bag_sorted: bool = False
 
     def launch_kwargs(self) -> dict[str, int]:
         kw = {"num_warps": self.num_warps, "num_stages": self.num_stages}
@@ -243,8 +254,9 @@ def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, in
     block_d = max(16, _pow2_ceil(max_dim))  # narrower tiles hit the same Triton 3.6 bug
     budget = p.bwd_lanes * p.bwd_elems_per_lane
     tile = max(16, min(p.bwd_max_tile, _pow2_floor(max(1, budget // block_d))))
-    if info.backend == "cpu":  # the interpreter sums runs with a [tile, tile, D] mask product
+    if info.backend == "cpu":  # interpreter: [tile, tile] x [tile, D] per program stays ~1 M
         tile = max(16, min(tile, _pow2_floor((2**20 // block_d) ** 0.5)))
+
     ws = max(info.warp_size, 1)
     cfg = LaunchConfig(
         bags=1,
@@ -256,5 +268,7 @@ def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, in
         is_amd=info.backend == "rocm",
         hot_block=max(1, min(p.hot_block, 2 * budget // block_d)),
         hot_tiles=p.hot_tiles,
+        reduce=p.bwd_reduce,
+        bag_sorted=p.bwd_bag_sorted,
     )
     return cfg, tile

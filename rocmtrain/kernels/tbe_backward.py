@@ -41,13 +41,15 @@ _OPT_CODE = {"sgd": 0, "rowwise_adagrad": 1, "adam": 2}
 
 @triton.jit
 def _update_rows(
-    weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, rmask, D, w, g,
+    weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, rmask, D, w, g, mom,
     lr, eps, beta1, beta2, wd, c1, c2, seed,
     OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, VEC: tl.constexpr,
 ):  # fmt: skip
     """Update rows ``[C, BLOCK_D]`` (``rmask`` [C] selects rows) from fp32 ``w`` and summed ``g``.
 
-    Stores the weights (stochastic rounding if ``SR``) and the fp32 optimizer state.
+    ``mom``: the rows' rowwise Adagrad state from :func:`_load_mom` (loaded by the caller before
+    its gradient work, so the load overlaps it). Stores the weights (stochastic rounding if
+    ``SR``) and the fp32 optimizer state.
     """
     m = rmask[:, None] & ((ds[None, :] // VEC) < (D[:, None] // VEC))  # VEC | D: vector masks
     ptr = wrow[:, None] + ds[None, :]
@@ -55,10 +57,9 @@ def _update_rows(
         new = w - lr * (g + wd * w)
     elif OPT == 1:
         gw = tl.where(m, g + wd * w, 0.0)
-        mom = tl.load(mom_ptr + key, mask=rmask, other=0.0)
         mom += tl.sum(gw * gw, axis=1) / tl.maximum(D, 1).to(tl.float32)
         tl.store(mom_ptr + key, mom, mask=rmask)
-        new = w - lr * gw / (tl.sqrt(mom) + eps)[:, None]
+        new = w - gw * (lr / (tl.sqrt(mom) + eps))[:, None]  # one division per row
     else:
         m1 = tl.load(m1_ptr + ptr, mask=m, other=0.0) * beta1 + (1.0 - beta1) * g
         m2 = tl.load(m2_ptr + ptr, mask=m, other=0.0) * beta2 + (1.0 - beta2) * g * g
@@ -95,6 +96,16 @@ def _load_rows(
     dm = rmask[:, None] & ((ds[None, :] // VEC) < (D[:, None] // VEC))
     w = tl.load(weights_ptr + wrow[:, None] + ds[None, :], mask=dm, other=0.0).to(tl.float32)
     return D, wrow, ds, dm, w
+
+
+@triton.jit
+def _load_mom(mom_ptr, key, rmask, OPT: tl.constexpr):
+    """Rowwise Adagrad state of rows ``key`` (zeros for the other optimizers, never read)."""
+    if OPT == 1:
+        mom = tl.load(mom_ptr + key, mask=rmask, other=0.0)
+    else:
+        mom = tl.zeros(key.shape, dtype=tl.float32)
+    return mom
 
 
 @triton.jit
@@ -150,7 +161,7 @@ def _bwd_tile_kernel(
     f_woff_ptr, f_roff_ptr, f_dim_ptr, f_doff_ptr,
     OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, HAS_PSW: tl.constexpr,
     MEAN: tl.constexpr, NEED_DPSW: tl.constexpr, VEC: tl.constexpr, DIM: tl.constexpr,
-    TILE: tl.constexpr, BLOCK_D: tl.constexpr, SCAN: tl.constexpr,
+    TILE: tl.constexpr, BLOCK_D: tl.constexpr, REDUCE: tl.constexpr, BAG_SORTED: tl.constexpr,
 ):  # fmt: skip
     """Program t owns sorted positions ``[t*TILE, (t+1)*TILE)``: one ``[TILE, BLOCK_D]`` tile of
     gradient rows (gathered through ``perm`` -> bag, no separate gather pass), a segmented scan
@@ -179,8 +190,13 @@ def _bwd_tile_kernel(
     cut = tl.where(kv & piece_end, in_head.to(tl.int32) + in_tail.to(tl.int32), 0) > 0
     whole = tl.where(kv & piece_end, 1 - cut.to(tl.int32), 0) > 0
 
-    orig = tl.load(perm_ptr + q, mask=qm, other=0)
-    bag = tl.load(bags_ptr + orig, mask=kv, other=0)
+    if BAG_SORTED:  # bags_ptr is in sorted order: one load less on the way to the gradient row
+        bag = tl.load(bags_ptr + q, mask=kv, other=0)
+    else:
+        bag = tl.load(bags_ptr + tl.load(perm_ptr + q, mask=qm, other=0), mask=kv, other=0)
+    if HAS_PSW or NEED_DPSW:
+        orig = tl.load(perm_ptr + q, mask=qm, other=0)
+    mom = _load_mom(mom_ptr, key, whole, OPT)  # issued now: overlaps the gradient gather
     f = bag // B
     b = (bag - f * B).to(tl.int64)
     if NEED_DPSW:  # d psw needs the row every position read; the update only segment ends
@@ -206,14 +222,15 @@ def _bwd_tile_kernel(
         tl.store(dpsw_ptr + orig, tl.sum(g * w, axis=1), mask=qm)
     if HAS_PSW:
         g = g * tl.load(psw_ptr + orig, mask=kv, other=0.0).to(tl.float32)[:, None]
-    if SCAN:  # GPU: segmented inclusive scan; at a piece's last position it holds the sum
+    if REDUCE == "dot":  # [TILE, TILE] 0/1 same-key matrix x gradient tile: every position
+        # gets its run's sum (runs are contiguous); fp32 products and sums ("ieee": no TF32)
+        same = (key[:, None] == key[None, :]).to(tl.float32)
+        acc = tl.dot(same, g, input_precision="ieee")
+    else:  # segmented inclusive scan: at a piece's last position it holds the sum
         flags = tl.broadcast_to(starts.to(tl.int32)[:, None], [TILE, BLOCK_D])
         acc, _ = tl.associative_scan((g, flags), 0, _segsum_combine)
-    else:  # interpreter (its generic scan is a Python loop per element): same-key mask sum
-        same = (key[:, None] == key[None, :]).to(tl.float32)  # equal keys are one run here
-        acc = tl.sum(same[:, :, None] * g[None, :, :], axis=1)
     lr, eps, beta1, beta2, wd, c1, c2, seed = _load_scalars(scal_ptr)
-    _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, whole, D, w, acc,
+    _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, whole, D, w, acc, mom,
                  lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP, VEC)  # fmt: skip
     slot = 2 * t + (in_head == 0).to(tl.int64)
     tl.store(partial_ptr + slot[:, None] * BLOCK_D + ds[None, :], acc,
@@ -301,7 +318,7 @@ def _bwd_hot_kernel(
     carry_ptr, start_ptr, scal_ptr, N, B, total_rows, f_woff_ptr, f_roff_ptr, f_dim_ptr,
     OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, TILE: tl.constexpr,
     VEC: tl.constexpr, DIM: tl.constexpr, HT: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_D: tl.constexpr,
+    BLOCK_D: tl.constexpr, BAG_SORTED: tl.constexpr,
 ):  # fmt: skip
     """Hot-row level 2, program b = hot block b: every cut segment that ends in one of the
     block's tiles (at most one per tile) is summed over the block (:func:`_hot_block_sums`);
@@ -338,12 +355,16 @@ def _bwd_hot_kernel(
                 cur = cur - BLOCK_T
                 more = kst >= BLOCK_T
         g += tl.where(cont[:, None], carry[None, :], 0.0)
-        bag = tl.load(bags_ptr + tl.load(perm_ptr + (jb + hs) * TILE, mask=own, other=0),
-                      mask=own, other=0)  # fmt: skip
+        p0 = (jb + hs) * TILE
+        if BAG_SORTED:
+            bag = tl.load(bags_ptr + p0, mask=own, other=0)
+        else:
+            bag = tl.load(bags_ptr + tl.load(perm_ptr + p0, mask=own, other=0), mask=own, other=0)
         D, wrow, ds, dm, w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, k0,
                                         bag // B, own, HT, VEC, DIM, BLOCK_D)  # fmt: skip
+        mom = _load_mom(mom_ptr, k0, own, OPT)
         lr, eps, beta1, beta2, wd, c1, c2, seed = _load_scalars(scal_ptr)
-        _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, k0, wrow, ds, own, D, w, g,
+        _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, k0, wrow, ds, own, D, w, g, mom,
                      lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP, VEC)  # fmt: skip
 
 
@@ -437,6 +458,8 @@ def backward_update(
         BAGS=kcfg.bags, BLOCK_L=kcfg.block_l, num_warps=kcfg.num_warps,
     )  # fmt: skip
     sorted_keys, perm = torch.sort(keys, stable=deterministic)
+    if cfg.bag_sorted:
+        bags = bags[perm]
 
     # 2. fixed tiles of sorted positions: segmented reduce + fused update, partials at borders
     n_tiles = triton.cdiv(N, tile)
@@ -458,7 +481,8 @@ def backward_update(
         dpsw if dpsw is not None else dummy, partial, scal, N, B, total_rows,
         meta.weights_offset, meta.row_offset, meta.dim, meta.d_offsets,
         HAS_PSW=psw is not None, MEAN=pooling == "mean", NEED_DPSW=dpsw is not None,
-        BLOCK_D=cfg.block_d, SCAN=info.backend != "cpu", **opt, **cfg.launch_kwargs(),
+        BLOCK_D=cfg.block_d, REDUCE=cfg.reduce, BAG_SORTED=cfg.bag_sorted, **opt,
+        **cfg.launch_kwargs(),
     )  # fmt: skip
 
     # 3. hot rows (segments across tile borders), two levels: hot blocks of ``hot_tiles`` tiles
@@ -478,6 +502,7 @@ def backward_update(
         _bwd_hot_kernel[(n_blocks,)](
             weights, mom, m1, m2, sorted_keys, perm, bags, partial, carry, start, scal, N, B,
             total_rows, meta.weights_offset, meta.row_offset, meta.dim, HT=ht,
-            BLOCK_T=cfg.hot_block, BLOCK_D=cfg.block_d, **opt, **cfg.launch_kwargs(),
+            BLOCK_T=cfg.hot_block, BLOCK_D=cfg.block_d, BAG_SORTED=cfg.bag_sorted, **opt,
+            **cfg.launch_kwargs(),
         )  # fmt: skip
     return dpsw

@@ -1,0 +1,194 @@
+"""Backward kernel variants of rocmtrain's TBE at the DLRM-DCNv2 table set, timed side by side.
+
+What it answers: which backward configuration (tile of sorted positions, warps per program, how a
+tile sums a row's run — segmented scan or same-key matrix product —, bags gathered in sorted
+order or through ``perm``) is fastest at ≈14 M ids per call, and where the time goes (per-kernel
+GPU times from torch.profiler). Each variant is first checked against the baseline variant on a
+smaller table set (same inputs, same initial rows: updated weights and rowwise state within 1e-5
+relative), then all variants are timed in ``--rounds`` interleaved rounds (rotating order), each
+reading = CUDA-event time of ``--reps`` back-to-back ``backward_update`` calls / reps.
+
+Commands::
+
+    # H200 (~2-3 min): uniform and Zipf ids, every variant
+    python3 scripts/bench/bwd_variants.py --out $OUT/bwd
+    # CPU self-test (Triton interpreter, tiny sizes)
+    TRITON_INTERPRET=1 .venv/bin/python scripts/bench/bwd_variants.py --cpu-smoke --out /tmp/bwd
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_tbe as bt  # noqa: E402
+
+import rocmtrain.kernels.tbe_backward as tb  # noqa: E402
+from rocmtrain.kernels import OptimizerSpec, TableBatchedEmbeddingBags  # noqa: E402
+
+# name -> (reduce, tile, num_warps, bag_sorted)
+VARIANTS = {
+    "scan16x4": ("scan", 16, 4, False),
+    "scan16x4_sorted": ("scan", 16, 4, True),
+    "scan16x2": ("scan", 16, 2, False),
+    "scan8x1": ("scan", 8, 1, False),
+    "scan8x1_sorted": ("scan", 8, 1, True),
+    "scan8x2": ("scan", 8, 2, False),
+    "dot16x4": ("dot", 16, 4, False),
+    "dot16x4_sorted": ("dot", 16, 4, True),
+}
+
+
+def use_variant(name: str) -> None:
+    """Make ``backward_update`` launch with this variant's tile, warps and reduction."""
+    reduce, tile, warps, sorted_bags = VARIANTS[name]
+
+    def config(info, *, max_dim):
+        cfg, _ = _ORIG_CONFIG(info, max_dim=max_dim)
+        return dataclasses.replace(cfg, reduce=reduce, num_warps=warps, bag_sorted=sorted_bags), tile
+
+    tb.backward_config = config
+
+
+_ORIG_CONFIG = tb.backward_config
+
+
+def dlrm_case(rows_cap: int, batch: int, dist: str) -> bt.Case:
+    rows = [min(r, rows_cap) for r in bt.DLRM_ROWS]
+    return bt.Case("dlrm", rows, 128, list(bt.DLRM_HOT), batch, torch.float32, dist, sets=2)
+
+
+def make_module(case: bt.Case, dev) -> TableBatchedEmbeddingBags:
+    return TableBatchedEmbeddingBags(
+        [(r, case.dim) for r in case.rows], optimizer=OptimizerSpec("rowwise_adagrad", lr=bt.LR),
+        bounds_check=False, cuda_graph=False, device=dev,
+    )  # fmt: skip
+
+
+def call(m: TableBatchedEmbeddingBags, grad, idx, off) -> None:
+    tb.backward_update(
+        m.layout, m.weights.data, m.states(), grad, idx, off, None, pooling="sum",
+        spec=m.optimizer, step=1, stochastic_rounding=False, need_psw_grad=False,
+        deterministic=False, seed=0,
+    )  # fmt: skip
+
+
+def check(names, dev, small: bt.Case) -> dict:
+    """Each variant vs the first on the small case: max relative difference of rows and state."""
+    idx, off = bt.make_inputs(small, dev, seed=1)[0]
+    base = make_module(small, dev)
+    w0, s0 = base.weights.detach().clone(), base.states()["momentum"].clone()
+    grad = torch.randn(small.batch, len(small.rows) * small.dim, device=dev)
+    out = {}
+    ref = None
+    for name in names:
+        use_variant(name)
+        base.weights.data.copy_(w0)
+        base.states()["momentum"].copy_(s0)
+        call(base, grad, idx, off)
+        got = (base.weights.detach().clone(), base.states()["momentum"].clone())
+        if ref is None:
+            ref = got
+        dw = float(((got[0] - ref[0]).abs().max() / ref[0].abs().max()).item())
+        dm = float(((got[1] - ref[1]).abs().max() / ref[1].abs().max().clamp(min=1e-30)).item())
+        out[name] = {"weights_rel": dw, "state_rel": dm, "ok": dw < 1e-5 and dm < 1e-5}
+    return out
+
+
+def kernel_split(m, grad, idx, off, dev) -> dict[str, float]:
+    """GPU microseconds per kernel name for one call (torch.profiler)."""
+    split: dict[str, float] = {}
+    for k in bt.profile_kernels(lambda: call(m, grad, idx, off), dev):
+        split[k["name"][:60]] = round(split.get(k["name"][:60], 0.0) + k["us"], 1)
+    return dict(sorted(split.items(), key=lambda kv: -kv[1]))
+
+
+def run(args) -> dict:
+    dev = torch.device(args.device)
+    names = args.variants.split(",") if args.variants else list(VARIANTS)
+    res: dict = {"variants": names, "cases": {}}
+    small = dlrm_case(args.check_rows_cap, args.check_batch, "zipf")
+    res["check"] = check(names, dev, small)
+    print("check:", json.dumps(res["check"]), flush=True)
+    timer = bt.Timer(dev, args.reps)
+    for dist in args.dists.split(","):
+        case = dlrm_case(args.rows_cap, args.batch, dist)
+        m = make_module(case, dev)
+        sets = bt.make_inputs(case, dev, seed=2)
+        grad = torch.randn(case.batch, len(case.rows) * case.dim, device=dev)
+        k = [0]
+
+        def fn():
+            idx, off = sets[k[0] % len(sets)]
+            k[0] += 1
+            call(m, grad, idx, off)
+
+        for name in names:  # compile + warm
+            use_variant(name)
+            for _ in range(3):
+                fn()
+        times = {n: [] for n in names}
+        for r in range(args.rounds):
+            order = names[r % len(names):] + names[: r % len(names)]
+            for name in order:
+                use_variant(name)
+                times[name].append(timer.time(fn))
+        split = {}
+        if dev.type == "cuda":
+            for name in names:
+                use_variant(name)
+                split[name] = kernel_split(m, grad, *sets[0], dev)
+        base = names[0]
+        rows = {}
+        for name in names:
+            ratio = [b / t for b, t in zip(times[base], times[name], strict=True)]
+            rows[name] = {"ms": bt.summary(times[name]), "speedup_vs_" + base: bt.summary(ratio),
+                          "kernels_us": split.get(name, {})}  # fmt: skip
+            print(f"{dist:8s} {name:16s} {rows[name]['ms']['median']:.3f} ms "
+                  f"[{rows[name]['ms']['min']:.3f}-{rows[name]['ms']['max']:.3f}]  "
+                  f"x{statistics.median(ratio):.2f} vs {base}", flush=True)  # fmt: skip
+        res["cases"][dist] = {"ids": int(sets[0][0].numel()), "rows": sum(case.rows), "rows_": rows}
+        del m, sets
+        torch.cuda.empty_cache() if dev.type == "cuda" else None
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--variants", default="", help="comma list (default: all); the first is the base")
+    ap.add_argument("--dists", default="uniform,zipf")
+    ap.add_argument("--rows-cap", type=int, default=10_000_000)
+    ap.add_argument("--batch", type=int, default=65536)
+    ap.add_argument("--check-rows-cap", type=int, default=100_000)
+    ap.add_argument("--check-batch", type=int, default=2048)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args(argv)
+    if args.cpu_smoke:
+        args.device, args.rows_cap, args.batch, args.rounds, args.reps = "cpu", 200, 8, 2, 1
+        args.check_rows_cap, args.check_batch = 100, 4
+        args.variants = args.variants or "scan16x4,dot16x4_sorted"
+    res = run(args)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "bwd_variants.json").write_text(json.dumps(res, indent=1))
+    bad = [n for n, c in res["check"].items() if not c["ok"]]
+    if bad:
+        print("CHECK FAILED:", bad)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
