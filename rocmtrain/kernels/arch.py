@@ -226,6 +226,11 @@ def forward_candidates(
     for lanes_mul, bl_mul in ((2, 1), (1, 2), (2, 2), (1, 0.5)):
         bl = max(1, int(base.block_l * bl_mul))
         add(forward_config(info, **kw, block_l=bl, lanes=lanes0 * lanes_mul))
+    # one position per step, a few bags per program: with mixed bag lengths (the DLRM set, 1 to
+    # 100 ids per bag) no lane idles on a short bag; on the H200 `bags=4, block_l=1, 64 lanes`
+    # beat every BLOCK_L > 1 tile over the whole set (scripts/bench/BENCHMARKS.md, "DLRM scale")
+    for bags, lanes in ((4, 64), (8, 128)):
+        add(forward_config(info, **kw, block_l=1, bags=bags, lanes=lanes))
     if wide:
         for lanes in (64, 128, 256):  # ~60 configs at L=32, ~20 at L=1 (each one compiles)
             for bl in (1, 2, 4, 8, 16, 32):

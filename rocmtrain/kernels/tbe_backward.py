@@ -110,10 +110,11 @@ def _load_mom(mom_ptr, key, rmask, OPT: tl.constexpr):
 
 @triton.jit
 def _keys_kernel(
-    indices_ptr, offsets_ptr, keys_ptr, bags_ptr, f_rows_ptr, f_roff_ptr, B, F, total_rows,
-    BAGS: tl.constexpr, BLOCK_L: tl.constexpr,
+    indices_ptr, offsets_ptr, keys_ptr, bags_ptr, f_rows_ptr, f_roff_ptr, B, F, BAG_SHIFT,
+    total_rows, BAGS: tl.constexpr, BLOCK_L: tl.constexpr,
 ):  # fmt: skip
-    """keys[p] = global row of position p (sentinel total_rows if out of range); bags[p] = f*B+b."""
+    """keys[p] = global row of position p (sentinel total_rows if out of range); bags[p] =
+    f << BAG_SHIFT | b for sample b of feature f (the kernels after the sort shift, not divide)."""
     gbag = tl.program_id(0) * BAGS + tl.arange(0, BAGS)
     gm = gbag < F * B
     f = gbag // B
@@ -129,7 +130,8 @@ def _keys_kernel(
         ok = (idx >= 0) & (idx < rows[:, None])
         key = tl.where(ok, roff[:, None] + idx, total_rows)
         tl.store(keys_ptr + pos, key.to(keys_ptr.dtype.element_ty), mask=pm)
-        tl.store(bags_ptr + pos, (gbag[:, None] + 0 * pos).to(bags_ptr.dtype.element_ty), mask=pm)
+        packed = (f.to(tl.int64) << BAG_SHIFT) | (gbag - f * B)
+        tl.store(bags_ptr + pos, (packed[:, None] + 0 * pos).to(bags_ptr.dtype.element_ty), mask=pm)
 
 
 @triton.jit
@@ -154,94 +156,28 @@ def _segsum_combine(a, fa, b, fb):
 
 
 @triton.jit
-def _bwd_tile_kernel(
-    weights_ptr, mom_ptr, m1_ptr, m2_ptr, go_ptr, go_stride,
-    sorted_keys_ptr, perm_ptr, bags_ptr, offsets_ptr, psw_ptr, dpsw_ptr,
-    partial_ptr, scal_ptr, N, B, total_rows,
-    f_woff_ptr, f_roff_ptr, f_dim_ptr, f_doff_ptr,
-    OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, HAS_PSW: tl.constexpr,
-    MEAN: tl.constexpr, NEED_DPSW: tl.constexpr, VEC: tl.constexpr, DIM: tl.constexpr,
-    TILE: tl.constexpr, BLOCK_D: tl.constexpr, REDUCE: tl.constexpr, BAG_SORTED: tl.constexpr,
-):  # fmt: skip
-    """Program t owns sorted positions ``[t*TILE, (t+1)*TILE)``: one ``[TILE, BLOCK_D]`` tile of
-    gradient rows (gathered through ``perm`` -> bag, no separate gather pass), a segmented scan
-    over equal keys sums each row's occurrences in fp32, and at each segment end the row is
-    updated in place. Segments cut by a tile border leave fp32 partials instead: the piece that
-    continues from the previous tile in slot ``2t``, the piece that runs into the next tile in
-    slot ``2t + 1`` (the hot-row kernel combines them). No compaction, no host-side shapes."""
-    t = tl.program_id(0).to(tl.int64)
-    t0 = t * TILE
-    q = t0 + tl.arange(0, TILE)
-    qm = q < N
-    key = tl.load(sorted_keys_ptr + q, mask=qm, other=total_rows).to(tl.int64)
-    kprev = tl.load(sorted_keys_ptr + q - 1, mask=qm & (q > 0), other=-1).to(tl.int64)
-    knext = tl.load(sorted_keys_ptr + q + 1, mask=qm & (q + 1 < N), other=-1).to(tl.int64)
-    kv = qm & (key < total_rows)  # the sentinel key marks out-of-range indices: no update
-    t1 = tl.minimum(t0 + TILE, N) - 1  # last position of this tile
-    k0 = tl.sum(tl.where(q == t0, key, 0), axis=0)
-    k1 = tl.sum(tl.where(q == t1, key, 0), axis=0)
-    head = tl.sum(tl.where((q == t0) & (kprev == key), 1, 0), axis=0)  # 1: cut at the start
-    tail = tl.sum(tl.where((q == t1) & (knext == key), 1, 0), axis=0)  # 1: cut at the end
-    starts = (q == t0) | (kprev != key)
-    piece_end = qm & ((knext != key) | (q == t1))
-    # (tl.where + compare keeps every mask a plain boolean, in the interpreter too)
-    in_head = tl.where(key == k0, head, 0) > 0
-    in_tail = tl.where(key == k1, tail, 0) > 0
-    cut = tl.where(kv & piece_end, in_head.to(tl.int32) + in_tail.to(tl.int32), 0) > 0
-    whole = tl.where(kv & piece_end, 1 - cut.to(tl.int32), 0) > 0
-
-    if BAG_SORTED:  # bags_ptr is in sorted order: one load less on the way to the gradient row
-        bag = tl.load(bags_ptr + q, mask=kv, other=0)
-    else:
-        bag = tl.load(bags_ptr + tl.load(perm_ptr + q, mask=qm, other=0), mask=kv, other=0)
-    if HAS_PSW or NEED_DPSW:
-        orig = tl.load(perm_ptr + q, mask=qm, other=0)
-    mom = _load_mom(mom_ptr, key, whole, OPT)  # issued now: overlaps the gradient gather
-    f = bag // B
-    b = (bag - f * B).to(tl.int64)
-    if NEED_DPSW:  # d psw needs the row every position read; the update only segment ends
-        need_w = kv
-    else:
-        need_w = whole
-    D, wrow, ds, dm, w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, key, f,
-                                    need_w, TILE, VEC, DIM, BLOCK_D)  # fmt: skip
-    if DIM > 0:
-        dq = tl.full([TILE], DIM, tl.int32)
-    else:
-        dq = tl.load(f_dim_ptr + f, mask=kv, other=0)
-    doff = tl.multiple_of(tl.load(f_doff_ptr + f, mask=kv, other=0), VEC)
-    gm = kv[:, None] & ((ds[None, :] // VEC) < (dq[:, None] // VEC))
-    g = tl.load(go_ptr + b[:, None] * go_stride + doff[:, None] + ds[None, :], mask=gm,
-                other=0.0).to(tl.float32)  # fmt: skip
-    if MEAN:
-        n = tl.load(offsets_ptr + bag + 1, mask=kv, other=1) - tl.load(
-            offsets_ptr + bag, mask=kv, other=0
-        )
-        g = g / tl.maximum(n, 1).to(tl.float32)[:, None]
-    if NEED_DPSW:  # every position (0 where the index is out of range): no memset before
-        tl.store(dpsw_ptr + orig, tl.sum(g * w, axis=1), mask=qm)
-    if HAS_PSW:
-        g = g * tl.load(psw_ptr + orig, mask=kv, other=0.0).to(tl.float32)[:, None]
-    if REDUCE == "dot":  # [TILE, TILE] 0/1 same-key matrix x gradient tile: every position
-        # gets its run's sum (runs are contiguous); fp32 products and sums ("ieee": no TF32)
+def _run_sums(x, key, starts, REDUCE: tl.constexpr):
+    """fp32 sums of the rows of ``x`` ([R, C]) over runs of equal ``key`` (each run contiguous;
+    ``starts`` marks a run's first row). ``"scan"``: a segmented inclusive scan, so each run's
+    sum is at its last row; ``"dot"``: the [R, R] 0/1 same-key matrix times ``x`` in fp32 (no
+    TF32), the sum at every row of the run. Callers read only a run's last row."""
+    if REDUCE == "dot":
         same = (key[:, None] == key[None, :]).to(tl.float32)
-        acc = tl.dot(same, g, input_precision="ieee")
-    else:  # segmented inclusive scan: at a piece's last position it holds the sum
-        flags = tl.broadcast_to(starts.to(tl.int32)[:, None], [TILE, BLOCK_D])
-        acc, _ = tl.associative_scan((g, flags), 0, _segsum_combine)
-    lr, eps, beta1, beta2, wd, c1, c2, seed = _load_scalars(scal_ptr)
-    _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, whole, D, w, acc, mom,
-                 lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP, VEC)  # fmt: skip
-    slot = 2 * t + (in_head == 0).to(tl.int64)
-    tl.store(partial_ptr + slot[:, None] * BLOCK_D + ds[None, :], acc,
-             mask=tl.broadcast_to(cut[:, None], [TILE, BLOCK_D]))  # fmt: skip
+        if x.shape[0] >= 16:
+            acc = tl.dot(same, x, input_precision="ieee")
+        else:  # tl.dot needs 16 rows; small blocks (the interpreter's) sum a mask product
+            acc = tl.sum(same[:, :, None] * x[None, :, :], axis=1)
+    else:
+        flags = tl.broadcast_to(starts.to(tl.int32)[:, None], x.shape)
+        acc, _ = tl.associative_scan((x, flags), 0, _segsum_combine)
+    return acc
 
 
 @triton.jit
 def _tile_cuts(sorted_keys_ptr, j, N, total_rows, TILE: tl.constexpr):
     """Tiles ``j`` (scalar or vector): first / last key and whether the tile's first position
     continues a segment from the tile before (``head``) or its last one runs into the next tile
-    (``tail``). Mirrors the cut logic of ``_bwd_tile_kernel`` (sentinel keys are never cut)."""
+    (``tail``). Sentinel keys (out-of-range indices) are never cut."""
     p0 = j * TILE
     inb = p0 < N
     p1 = tl.minimum(p0 + TILE, N) - 1
@@ -259,40 +195,124 @@ def _tile_cuts(sorted_keys_ptr, j, N, total_rows, TILE: tl.constexpr):
 
 
 @triton.jit
-def _hot_block_sums(
-    sorted_keys_ptr, partial_ptr, jb, tkey, tmask, N, total_rows,
-    TILE: tl.constexpr, HT: tl.constexpr, R: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    """``[R, BLOCK_D]``: for each target key ``tkey`` (``tmask`` selects), the sum of its fp32
-    tile partials in the hot block of tiles ``[jb, jb + HT)``, added in slot order (tile by
-    tile: the head piece, slot ``2j``, then the tail piece, slot ``2j + 1``): a fixed order.
+def _own_tail_piece(k0, k1, head, tail):
+    """Whether a tile stored a piece in its tail slot ``2j + 1``: it has a segment running into
+    the next tile, unless the whole tile is one key already cut at the start (then its single
+    piece is in slot ``2j``)."""
+    return tl.where(tail, tl.where(head, (k0 != k1).to(tl.int32), 1), 0) > 0
 
-    A tile's head piece belongs to the segment running in from the tile before; its tail piece
-    (a segment starting in the tile and running on) exists unless the whole tile is one key that
-    was already cut at the start (then the tile kernel stored the single piece in slot ``2j``).
-    """
+
+@triton.jit
+def _bwd_tile_kernel(
+    weights_ptr, mom_ptr, m1_ptr, m2_ptr, go_ptr, go_stride,
+    sorted_keys_ptr, perm_ptr, bags_ptr, offsets_ptr, psw_ptr, dpsw_ptr,
+    partial_ptr, scal_ptr, N, B, BAG_SHIFT, total_rows,
+    f_woff_ptr, f_roff_ptr, f_dim_ptr, f_doff_ptr,
+    OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, HAS_PSW: tl.constexpr,
+    MEAN: tl.constexpr, NEED_DPSW: tl.constexpr, VEC: tl.constexpr, DIM: tl.constexpr,
+    TILE: tl.constexpr, BLOCK_D: tl.constexpr, REDUCE: tl.constexpr, BAG_SORTED: tl.constexpr,
+):  # fmt: skip
+    """Program t owns sorted positions ``[t*TILE, (t+1)*TILE)``: one ``[TILE, BLOCK_D]`` tile of
+    gradient rows (their bags read in sorted order, or through ``perm``), each row's run of
+    equal keys summed in fp32 (:func:`_run_sums`), and at each run's end the row is updated in
+    place. Runs cut by a tile border leave fp32 partials instead: the piece that continues from
+    the previous tile in slot ``2t``, the piece that runs into the next tile in slot ``2t + 1``
+    (the hot-row kernels combine them). No compaction, no host-side shapes.
+
+    A bag is packed as ``feature << BAG_SHIFT | sample`` (shifts, not a division by B)."""
+    t = tl.program_id(0).to(tl.int64)
+    t0 = t * TILE
+    q = t0 + tl.arange(0, TILE)
+    qm = q < N
+    key = tl.load(sorted_keys_ptr + q, mask=qm, other=total_rows)
+    kprev = tl.load(sorted_keys_ptr + q - 1, mask=qm & (q > 0), other=-1)
+    knext = tl.load(sorted_keys_ptr + q + 1, mask=qm & (q + 1 < N), other=-1)
+    kv = qm & (key < total_rows)  # the sentinel key marks out-of-range indices: no update
+    t1 = tl.minimum(t0 + TILE, N) - 1  # last position of this tile
+    k0, k1, head, tail = _tile_cuts(sorted_keys_ptr, t, N, total_rows, TILE)
+    starts = (q == t0) | (kprev != key)
+    piece_end = qm & ((knext != key) | (q == t1))
+    # (tl.where + compare keeps every mask a plain boolean, in the interpreter too)
+    in_head = tl.where(key == k0, head.to(tl.int32), 0) > 0
+    in_tail = tl.where(key == k1, tail.to(tl.int32), 0) > 0
+    cut = tl.where(kv & piece_end, in_head.to(tl.int32) + in_tail.to(tl.int32), 0) > 0
+    whole = tl.where(kv & piece_end, 1 - cut.to(tl.int32), 0) > 0
+
+    if BAG_SORTED:  # bags_ptr is in sorted order: one load less on the way to the gradient row
+        bag = tl.load(bags_ptr + q, mask=kv, other=0)
+    else:
+        bag = tl.load(bags_ptr + tl.load(perm_ptr + q, mask=qm, other=0), mask=kv, other=0)
+    if HAS_PSW or NEED_DPSW:
+        orig = tl.load(perm_ptr + q, mask=qm, other=0)
+    mom = _load_mom(mom_ptr, key, whole, OPT)  # issued now: overlaps the gradient gather
+    f = bag >> BAG_SHIFT
+    b = (bag & ((1 << BAG_SHIFT) - 1)).to(tl.int64)
+    if NEED_DPSW:  # d psw needs the row every position read; the update only segment ends
+        need_w = kv
+    else:
+        need_w = whole
+    D, wrow, ds, dm, w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, key, f,
+                                    need_w, TILE, VEC, DIM, BLOCK_D)  # fmt: skip
+    if DIM > 0:
+        dq = tl.full([TILE], DIM, tl.int32)
+    else:
+        dq = tl.load(f_dim_ptr + f, mask=kv, other=0)
+    doff = tl.multiple_of(tl.load(f_doff_ptr + f, mask=kv, other=0), VEC)
+    gm = kv[:, None] & ((ds[None, :] // VEC) < (dq[:, None] // VEC))
+    g = tl.load(go_ptr + b[:, None] * go_stride + doff[:, None] + ds[None, :], mask=gm,
+                other=0.0).to(tl.float32)  # fmt: skip
+    if MEAN:
+        gbag = f.to(tl.int64) * B + b
+        n = tl.load(offsets_ptr + gbag + 1, mask=kv, other=1) - tl.load(
+            offsets_ptr + gbag, mask=kv, other=0
+        )
+        g = g / tl.maximum(n, 1).to(tl.float32)[:, None]
+    if NEED_DPSW:  # every position (0 where the index is out of range): no memset before
+        tl.store(dpsw_ptr + orig, tl.sum(g * w, axis=1), mask=qm)
+    if HAS_PSW:
+        g = g * tl.load(psw_ptr + orig, mask=kv, other=0.0).to(tl.float32)[:, None]
+    acc = _run_sums(g, key, starts, REDUCE)
+    lr, eps, beta1, beta2, wd, c1, c2, seed = _load_scalars(scal_ptr)
+    _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, whole, D, w, acc, mom,
+                 lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP, VEC)  # fmt: skip
+    slot = 2 * t + (in_head == 0).to(tl.int64)
+    tl.store(partial_ptr + slot[:, None] * BLOCK_D + ds[None, :], acc,
+             mask=tl.broadcast_to(cut[:, None], [TILE, BLOCK_D]))  # fmt: skip
+
+
+@triton.jit
+def _hot_block(
+    sorted_keys_ptr, partial_ptr, jb, N, total_rows,
+    TILE: tl.constexpr, HT: tl.constexpr, BLOCK_D: tl.constexpr, REDUCE: tl.constexpr,
+):  # fmt: skip
+    """The cut segments' fp32 sums over the hot block of tiles ``[jb, jb + HT)``.
+
+    Tile j's share ``X_j`` = its head piece (slot ``2j``, if its first position continues a
+    segment) + tile j-1's tail piece (slot ``2j - 1``, if that runs into tile j; not for the
+    block's first tile, whose incoming piece belongs to the previous block's carry). Both
+    belong to the segment of tile j's first key ``k0[j]``, so the block sum of a segment is a
+    run sum of ``X`` over equal ``k0`` (:func:`_run_sums`: O(HT x BLOCK_D), a fixed order).
+    Returns ``[HT, BLOCK_D]`` sums (valid at each segment's last tile in the block) and the
+    tiles' ``k0, k1, head, tail``."""
+    hs = tl.arange(0, HT)
+    j = jb + hs
     ds = tl.arange(0, BLOCK_D)
-    acc = tl.zeros([R, BLOCK_D], dtype=tl.float32)
-    for i in tl.static_range(HT):
-        j = jb + i
-        k0, k1, head, tail = _tile_cuts(sorted_keys_ptr, j, N, total_rows, TILE)
-        # the tail piece has its own slot unless the tile is one key already cut at the start
-        odd = tl.where(tail, tl.where(head, (k0 != k1).to(tl.int32), 1), 0) > 0
-        pe = tl.load(partial_ptr + (2 * j) * BLOCK_D + ds, mask=tl.where(head, ds, BLOCK_D) < BLOCK_D,
-                     other=0.0)  # fmt: skip
-        po = tl.load(partial_ptr + (2 * j + 1) * BLOCK_D + ds,
-                     mask=tl.where(odd, ds, BLOCK_D) < BLOCK_D, other=0.0)  # fmt: skip
-        te = tl.where(tmask, tl.where(head, (tkey == k0).to(tl.int32), 0), 0) > 0
-        to = tl.where(tmask, tl.where(odd, (tkey == k1).to(tl.int32), 0), 0) > 0
-        acc += tl.where(te[:, None], pe[None, :], 0.0)
-        acc += tl.where(to[:, None], po[None, :], 0.0)
-    return acc
+    k0, k1, head, tail = _tile_cuts(sorted_keys_ptr, j, N, total_rows, TILE)
+    jp = tl.maximum(j - 1, 0)
+    k0p, k1p, headp, tailp = _tile_cuts(sorted_keys_ptr, jp, N, total_rows, TILE)
+    inflow = tl.where(hs > 0, _own_tail_piece(k0p, k1p, headp, tailp).to(tl.int32), 0) > 0
+    x = tl.load(partial_ptr + (2 * j)[:, None] * BLOCK_D + ds[None, :],
+                mask=tl.broadcast_to(head[:, None], [HT, BLOCK_D]), other=0.0)  # fmt: skip
+    x += tl.load(partial_ptr + (2 * j - 1)[:, None] * BLOCK_D + ds[None, :],
+                 mask=tl.broadcast_to(inflow[:, None], [HT, BLOCK_D]), other=0.0)  # fmt: skip
+    starts = (hs == 0) | (k0 != k0p)
+    return _run_sums(x, k0, starts, REDUCE), k0, k1, head, tail
 
 
 @triton.jit
 def _bwd_hot_carry_kernel(
     sorted_keys_ptr, partial_ptr, carry_ptr, start_ptr, N, total_rows,
-    TILE: tl.constexpr, HT: tl.constexpr, BLOCK_D: tl.constexpr,
+    TILE: tl.constexpr, HT: tl.constexpr, BLOCK_D: tl.constexpr, REDUCE: tl.constexpr,
 ):  # fmt: skip
     """Hot-row level 1, program b = hot block b (tiles ``[b*HT, (b+1)*HT)``): when a segment runs
     out of the block into the next one, store its fp32 sum over this block in ``carry[b]`` and
@@ -302,11 +322,16 @@ def _bwd_hot_carry_kernel(
     jb = b * HT
     k0l, k1l, headl, taill = _tile_cuts(sorted_keys_ptr, jb + HT - 1, N, total_rows, TILE)
     if taill:
-        tkey = tl.zeros([1], dtype=tl.int64) + k1l
-        acc = _hot_block_sums(sorted_keys_ptr, partial_ptr, jb, tkey, tkey >= 0, N, total_rows,
-                              TILE, HT, 1, BLOCK_D)  # fmt: skip
+        hs = tl.arange(0, HT)
         ds = tl.arange(0, BLOCK_D)
-        tl.store(carry_ptr + b * BLOCK_D + ds[None, :], acc)
+        sums, k0, k1, head, tail = _hot_block(sorted_keys_ptr, partial_ptr, jb, N, total_rows,
+                                              TILE, HT, BLOCK_D, REDUCE)  # fmt: skip
+        last = tl.sum(tl.where((hs == HT - 1)[:, None], sums, 0.0), axis=0)
+        if _own_tail_piece(k0l, k1l, headl, taill):  # the segment starts in the last tile
+            acc = tl.load(partial_ptr + (2 * (jb + HT - 1) + 1) * BLOCK_D + ds)
+        else:  # the last tile is one key running through: its run sum so far
+            acc = last
+        tl.store(carry_ptr + b * BLOCK_D + ds, acc)
         k0f, k1f, headf, tailf = _tile_cuts(sorted_keys_ptr, jb, N, total_rows, TILE)
         through = tl.where(headf, (k0f == k1l).to(tl.int32), 0)
         tl.store(start_ptr + b, 1 - through)
@@ -315,13 +340,13 @@ def _bwd_hot_carry_kernel(
 @triton.jit
 def _bwd_hot_kernel(
     weights_ptr, mom_ptr, m1_ptr, m2_ptr, sorted_keys_ptr, perm_ptr, bags_ptr, partial_ptr,
-    carry_ptr, start_ptr, scal_ptr, N, B, total_rows, f_woff_ptr, f_roff_ptr, f_dim_ptr,
+    carry_ptr, start_ptr, scal_ptr, N, BAG_SHIFT, total_rows, f_woff_ptr, f_roff_ptr, f_dim_ptr,
     OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, TILE: tl.constexpr,
     VEC: tl.constexpr, DIM: tl.constexpr, HT: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_D: tl.constexpr, BAG_SORTED: tl.constexpr,
+    BLOCK_D: tl.constexpr, BAG_SORTED: tl.constexpr, REDUCE: tl.constexpr,
 ):  # fmt: skip
     """Hot-row level 2, program b = hot block b: every cut segment that ends in one of the
-    block's tiles (at most one per tile) is summed over the block (:func:`_hot_block_sums`);
+    block's tiles (at most one per tile) gets its sum over the block (:func:`_hot_block`);
     the one that ran in from before the block (at most one) adds the carries of the blocks it
     covers, walking back ``BLOCK_T`` blocks at a time to the block where it started; then the
     rows are updated together. Fixed summation order: deterministic."""
@@ -330,9 +355,9 @@ def _bwd_hot_kernel(
     hs = tl.arange(0, HT)
     k0, k1, head, tail = _tile_cuts(sorted_keys_ptr, jb + hs, N, total_rows, TILE)
     own = tl.where(head, tl.where(tail, (k1 != k0).to(tl.int32), 1), 0) > 0  # a segment ends here
-    if tl.max(own.to(tl.int32), axis=0) > 0:  # most blocks own no hot row: exit early
-        g = _hot_block_sums(sorted_keys_ptr, partial_ptr, jb, k0, own, N, total_rows,
-                            TILE, HT, HT, BLOCK_D)  # fmt: skip
+    if tl.max(own.to(tl.int32), axis=0) > 0:  # blocks that own no cut segment exit here
+        g, k0, k1, head, tail = _hot_block(sorted_keys_ptr, partial_ptr, jb, N, total_rows,
+                                           TILE, HT, BLOCK_D, REDUCE)  # fmt: skip
         kb = tl.sum(tl.where(hs == 0, k0, 0), axis=0)
         hb = tl.sum(tl.where(hs == 0, head.to(tl.int32), 0), axis=0)
         cont = tl.where(own, tl.where(k0 == kb, hb, 0), 0) > 0  # it ran in from the block before
@@ -360,9 +385,9 @@ def _bwd_hot_kernel(
             bag = tl.load(bags_ptr + p0, mask=own, other=0)
         else:
             bag = tl.load(bags_ptr + tl.load(perm_ptr + p0, mask=own, other=0), mask=own, other=0)
-        D, wrow, ds, dm, w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, k0,
-                                        bag // B, own, HT, VEC, DIM, BLOCK_D)  # fmt: skip
         mom = _load_mom(mom_ptr, k0, own, OPT)
+        D, wrow, ds, dm, w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, k0,
+                                        bag >> BAG_SHIFT, own, HT, VEC, DIM, BLOCK_D)  # fmt: skip
         lr, eps, beta1, beta2, wd, c1, c2, seed = _load_scalars(scal_ptr)
         _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, k0, wrow, ds, own, D, w, g, mom,
                      lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP, VEC)  # fmt: skip
@@ -451,10 +476,12 @@ def backward_update(
     #    when the row ids fit: half the radix passes of int64)
     kdtype = torch.int32 if total_rows < 2**31 - 1 else torch.int64
     keys = torch.empty(N, dtype=kdtype, device=dev)
-    bags = torch.empty(N, dtype=torch.int32 if F * B < 2**31 else torch.int64, device=dev)
+    shift = max(1, (B - 1).bit_length())  # bag = feature << shift | sample
+    bdtype = torch.int32 if F << shift < 2**31 else torch.int64
+    bags = torch.empty(N, dtype=bdtype, device=dev)
     kcfg = forward_config(info, max_dim=1, avg_len=N / (F * B), elem_bytes=4)
     _keys_kernel[(triton.cdiv(F * B, kcfg.bags),)](
-        indices, offsets, keys, bags, meta.rows, meta.row_offset, B, F, total_rows,
+        indices, offsets, keys, bags, meta.rows, meta.row_offset, B, F, shift, total_rows,
         BAGS=kcfg.bags, BLOCK_L=kcfg.block_l, num_warps=kcfg.num_warps,
     )  # fmt: skip
     sorted_keys, perm = torch.sort(keys, stable=deterministic)
@@ -478,7 +505,7 @@ def backward_update(
     _bwd_tile_kernel[(n_tiles,)](
         weights, mom, m1, m2, go, go.stride(0),
         sorted_keys, perm, bags, offsets, psw if psw is not None else dummy,
-        dpsw if dpsw is not None else dummy, partial, scal, N, B, total_rows,
+        dpsw if dpsw is not None else dummy, partial, scal, N, B, shift, total_rows,
         meta.weights_offset, meta.row_offset, meta.dim, meta.d_offsets,
         HAS_PSW=psw is not None, MEAN=pooling == "mean", NEED_DPSW=dpsw is not None,
         BLOCK_D=cfg.block_d, REDUCE=cfg.reduce, BAG_SORTED=cfg.bag_sorted, **opt,
@@ -497,12 +524,13 @@ def backward_update(
             start = torch.empty(n_blocks, dtype=torch.int32, device=dev)
             _bwd_hot_carry_kernel[(n_blocks,)](
                 sorted_keys, partial, carry, start, N, total_rows,
-                TILE=tile, HT=ht, BLOCK_D=cfg.block_d, **cfg.launch_kwargs(),
+                TILE=tile, HT=ht, BLOCK_D=cfg.block_d, REDUCE=cfg.reduce, **cfg.launch_kwargs(),
             )  # fmt: skip
         _bwd_hot_kernel[(n_blocks,)](
-            weights, mom, m1, m2, sorted_keys, perm, bags, partial, carry, start, scal, N, B,
-            total_rows, meta.weights_offset, meta.row_offset, meta.dim, HT=ht,
-            BLOCK_T=cfg.hot_block, BLOCK_D=cfg.block_d, BAG_SORTED=cfg.bag_sorted, **opt,
+            weights, mom, m1, m2, sorted_keys, perm, bags, partial, carry, start, scal, N,
+            shift, total_rows, meta.weights_offset, meta.row_offset, meta.dim, HT=ht,
+            BLOCK_T=cfg.hot_block, BLOCK_D=cfg.block_d, BAG_SORTED=cfg.bag_sorted,
+            REDUCE=cfg.reduce, **opt,
             **cfg.launch_kwargs(),
         )  # fmt: skip
     return dpsw
