@@ -29,7 +29,9 @@ class ArchParams:
     """Launch-parameter policy for one architecture."""
 
     bwd_lanes: int
-    """Lanes per backward (segment-reduce + update) program."""
+    """Lanes per backward tile program (segment reduce + update)."""
+    bwd_hot_lanes: int = 128
+    """Lanes per hot-row program (one ``[hot_tiles, BLOCK_D]`` block of fp32 partials)."""
     waves_per_eu: int = 0
     """AMD occupancy hint (waves per SIMD); 0 = leave to the compiler. Ignored off AMD."""
     num_stages: int = 2
@@ -37,15 +39,12 @@ class ArchParams:
     bwd_max_tile: int = 16
     """Backward: most sorted positions per program (one ``[tile, BLOCK_D]`` gradient tile); a
     row seen more often than one tile holds is combined from fp32 partials (no serialisation).
-    16 on GPUs: Triton 3.6 fails to compile the SGD variant of the tile kernel for tiles of 32
-    or 64 positions at D <= 64 (TritonGPURemoveLayoutConversions: "mask type matches ptr type",
-    seen on the H200 2026-12-01); 16 compiles and runs for every optimizer and D = 4 ... 256."""
+    At most 16 on GPUs: Triton 3.6 fails to compile the SGD variant of the tile kernel for
+    tiles of 32 or 64 positions at D <= 64 (TritonGPURemoveLayoutConversions: "mask type
+    matches ptr type", seen on the H200 2026-12-01)."""
     bwd_elems_per_lane: int = 16
     """Backward: fp32 elements per lane of one ``[tile, BLOCK_D]`` tensor (the tile shrinks for
-    wide rows so the gradient tile, its scan and the weight rows stay in registers). 16 on sm_90
-    at D=128 (tile 16): 93 registers for rowwise Adagrad, 72 for SGD, no spills (cuobjdump),
-    ~20 resident warps per SM to hide the key -> perm -> bag -> grad load chain; 32 would be
-    179 / 110 registers and 8 warps per SM."""
+    wide rows so the gradient tile, its scan and the weight rows stay in registers)."""
     bwd_reduce: str = "scan"
     """Backward: how a tile sums each row's run of equal sorted keys. ``"scan"``: a segmented
     ``tl.associative_scan`` over the ``[tile, BLOCK_D]`` gradient tile (the sum lands at the
@@ -68,18 +67,25 @@ class ArchParams:
 # programs and many resident CTAs; CDNA wavefronts are 64 wide, so 128 lanes = 2 waves and
 # waves_per_eu=2 keeps register use low enough for 8+ waves per CU on gfx942 / gfx90a.
 ARCH_TABLE: dict[str, ArchParams] = {
-    "sm_90": ArchParams(bwd_lanes=128),
-    "sm_80": ArchParams(bwd_lanes=128),
-    "gfx942": ArchParams(bwd_lanes=128, waves_per_eu=2),
-    "gfx950": ArchParams(bwd_lanes=128, waves_per_eu=2),
-    "gfx90a": ArchParams(bwd_lanes=128, waves_per_eu=2),
-    "rdna": ArchParams(bwd_lanes=64),
-    "nvidia": ArchParams(bwd_lanes=128),
+    # H200, DLRM table set (14 M ids, rowwise Adagrad; scripts/bench/bwd_variants.py): tiles of
+    # 8 positions x 64 lanes beat 16 x 128 by 1.13-1.22x over the whole backward. The tile
+    # kernel is bound by per-row integer work and latency, not bytes: at 8 x 64 it issues ~200
+    # warp instructions per position and keeps 10 programs per SM; bags read in sorted order
+    # cut one dependent load (1.17-1.26x).
+    "sm_90": ArchParams(bwd_lanes=64, bwd_max_tile=8, bwd_bag_sorted=True),
+    "sm_80": ArchParams(bwd_lanes=64, bwd_max_tile=8, bwd_bag_sorted=True),
+    # CDNA: not measured (no AMD GPU here); 128-lane tiles of 16 = 2 wave64s per program
+    "gfx942": ArchParams(bwd_lanes=128, waves_per_eu=2, bwd_bag_sorted=True),
+    "gfx950": ArchParams(bwd_lanes=128, waves_per_eu=2, bwd_bag_sorted=True),
+    "gfx90a": ArchParams(bwd_lanes=128, waves_per_eu=2, bwd_bag_sorted=True),
+    "rdna": ArchParams(bwd_lanes=64, bwd_hot_lanes=64, bwd_bag_sorted=True),
+    "nvidia": ArchParams(bwd_lanes=64, bwd_max_tile=8, bwd_bag_sorted=True),
     # TRITON_INTERPRET=1 on CPU: numpy runs a whole tile at once and each program costs ~50 ms of
     # Python, so the interpreter gets few, large programs (backward tiles of up to 512 positions:
     # a row seen 1e4 times still spans ~20 tiles and takes the hot-row path).
     "cpu": ArchParams(
         bwd_lanes=32,
+        bwd_hot_lanes=32,
         bwd_reduce="dot",  # numpy matmul; the interpreter's generic scan is a Python loop
         bwd_max_tile=512,
         bwd_elems_per_lane=4096,
@@ -167,6 +173,11 @@ class LaunchConfig:
     hot_tiles: int = 0
     reduce: str = "scan"
     bag_sorted: bool = False
+    hot_num_warps: int = 0
+
+    def hot_launch_kwargs(self) -> dict[str, int]:
+        """Launch options of the hot-row kernels (their own lane count)."""
+        return {**self.launch_kwargs(), "num_warps": self.hot_num_warps or self.num_warps}
 
     def launch_kwargs(self) -> dict[str, int]:
         kw = {"num_warps": self.num_warps, "num_stages": self.num_stages}
@@ -258,7 +269,7 @@ def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, in
     p = ARCH_TABLE[arch_key(info)]
     block_d = max(16, _pow2_ceil(max_dim))  # narrower tiles hit the same Triton 3.6 bug
     budget = p.bwd_lanes * p.bwd_elems_per_lane
-    tile = max(16, min(p.bwd_max_tile, _pow2_floor(max(1, budget // block_d))))
+    tile = max(8, min(p.bwd_max_tile, _pow2_floor(max(1, budget // block_d))))
     if info.backend == "cpu":  # interpreter: [tile, tile] x [tile, D] per program stays ~1 M
         tile = max(16, min(tile, _pow2_floor((2**20 // block_d) ** 0.5)))
 
@@ -271,8 +282,9 @@ def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, in
         num_stages=p.num_stages,
         waves_per_eu=p.waves_per_eu,
         is_amd=info.backend == "rocm",
-        hot_block=max(1, min(p.hot_block, 2 * budget // block_d)),
+        hot_block=max(1, min(p.hot_block, 2 * p.bwd_hot_lanes * p.bwd_elems_per_lane // block_d)),
         hot_tiles=p.hot_tiles,
+        hot_num_warps=max(1, p.bwd_hot_lanes // ws),
         reduce=p.bwd_reduce,
         bag_sorted=p.bwd_bag_sorted,
     )

@@ -83,14 +83,16 @@ def _load_rows(
 ):  # fmt: skip
     """Rows ``key`` of features ``f0`` ([N_ROWS] each, ``rmask`` selects): their dims ``D``, flat
     weight offsets ``wrow``, the column range ``ds``, the element mask ``dm`` and the rows in fp32."""
-    if DIM > 0:  # every table has this dim: compile-time D (static masks, 16-byte accesses)
+    if DIM > 0:  # every table has this dim: compile-time D (static masks, 16-byte accesses);
+        # table t starts at element row_offset[t] * DIM, so a global row's offset is key * DIM
         D = tl.full([N_ROWS], DIM, tl.int32)
+        wrow = key.to(tl.int64) * DIM
     else:
         D = tl.load(f_dim_ptr + f0, mask=rmask, other=0)
-    wrow = (
-        tl.load(f_woff_ptr + f0, mask=rmask, other=0)
-        + (key - tl.load(f_roff_ptr + f0, mask=rmask, other=0)) * D
-    )
+        wrow = (
+            tl.load(f_woff_ptr + f0, mask=rmask, other=0)
+            + (key - tl.load(f_roff_ptr + f0, mask=rmask, other=0)) * D
+        )
     wrow = tl.multiple_of(wrow, VEC)
     ds = tl.arange(0, BLOCK_D)
     dm = rmask[:, None] & ((ds[None, :] // VEC) < (D[:, None] // VEC))
@@ -211,6 +213,7 @@ def _bwd_tile_kernel(
     OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, HAS_PSW: tl.constexpr,
     MEAN: tl.constexpr, NEED_DPSW: tl.constexpr, VEC: tl.constexpr, DIM: tl.constexpr,
     TILE: tl.constexpr, BLOCK_D: tl.constexpr, REDUCE: tl.constexpr, BAG_SORTED: tl.constexpr,
+    POS64: tl.constexpr,
 ):  # fmt: skip
     """Program t owns sorted positions ``[t*TILE, (t+1)*TILE)``: one ``[TILE, BLOCK_D]`` tile of
     gradient rows (their bags read in sorted order, or through ``perm``), each row's run of
@@ -219,8 +222,13 @@ def _bwd_tile_kernel(
     the previous tile in slot ``2t``, the piece that runs into the next tile in slot ``2t + 1``
     (the hot-row kernels combine them). No compaction, no host-side shapes.
 
-    A bag is packed as ``feature << BAG_SHIFT | sample`` (shifts, not a division by B)."""
-    t = tl.program_id(0).to(tl.int64)
+    A bag is packed as ``feature << BAG_SHIFT | sample`` (shifts, not a division by B); sorted
+    positions are int32 unless ``POS64`` (N near 2^31): per-row integer work is most of the
+    instructions at small tiles."""
+    if POS64:
+        t = tl.program_id(0).to(tl.int64)
+    else:
+        t = tl.program_id(0)
     t0 = t * TILE
     q = t0 + tl.arange(0, TILE)
     qm = q < N
@@ -253,11 +261,12 @@ def _bwd_tile_kernel(
         need_w = whole
     D, wrow, ds, dm, w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, key, f,
                                     need_w, TILE, VEC, DIM, BLOCK_D)  # fmt: skip
-    if DIM > 0:
+    if DIM > 0:  # feature f's output columns start at f * DIM
         dq = tl.full([TILE], DIM, tl.int32)
+        doff = f * DIM
     else:
         dq = tl.load(f_dim_ptr + f, mask=kv, other=0)
-    doff = tl.multiple_of(tl.load(f_doff_ptr + f, mask=kv, other=0), VEC)
+        doff = tl.multiple_of(tl.load(f_doff_ptr + f, mask=kv, other=0), VEC)
     gm = kv[:, None] & ((ds[None, :] // VEC) < (dq[:, None] // VEC))
     g = tl.load(go_ptr + b[:, None] * go_stride + doff[:, None] + ds[None, :], mask=gm,
                 other=0.0).to(tl.float32)  # fmt: skip
@@ -266,7 +275,7 @@ def _bwd_tile_kernel(
         n = tl.load(offsets_ptr + gbag + 1, mask=kv, other=1) - tl.load(
             offsets_ptr + gbag, mask=kv, other=0
         )
-        g = g / tl.maximum(n, 1).to(tl.float32)[:, None]
+        g = g * (1.0 / tl.maximum(n, 1).to(tl.float32))[:, None]  # one division per row
     if NEED_DPSW:  # every position (0 where the index is out of range): no memset before
         tl.store(dpsw_ptr + orig, tl.sum(g * w, axis=1), mask=qm)
     if HAS_PSW:
@@ -275,7 +284,7 @@ def _bwd_tile_kernel(
     lr, eps, beta1, beta2, wd, c1, c2, seed = _load_scalars(scal_ptr)
     _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, whole, D, w, acc, mom,
                  lr, eps, beta1, beta2, wd, c1, c2, seed, OPT, SR, SR_DROP, VEC)  # fmt: skip
-    slot = 2 * t + (in_head == 0).to(tl.int64)
+    slot = 2 * t.to(tl.int64) + (in_head == 0).to(tl.int64)
     tl.store(partial_ptr + slot[:, None] * BLOCK_D + ds[None, :], acc,
              mask=tl.broadcast_to(cut[:, None], [TILE, BLOCK_D]))  # fmt: skip
 
@@ -508,8 +517,8 @@ def backward_update(
         dpsw if dpsw is not None else dummy, partial, scal, N, B, shift, total_rows,
         meta.weights_offset, meta.row_offset, meta.dim, meta.d_offsets,
         HAS_PSW=psw is not None, MEAN=pooling == "mean", NEED_DPSW=dpsw is not None,
-        BLOCK_D=cfg.block_d, REDUCE=cfg.reduce, BAG_SORTED=cfg.bag_sorted, **opt,
-        **cfg.launch_kwargs(),
+        BLOCK_D=cfg.block_d, REDUCE=cfg.reduce, BAG_SORTED=cfg.bag_sorted,
+        POS64=N + 2 * tile >= 2**31, **opt, **cfg.launch_kwargs(),
     )  # fmt: skip
 
     # 3. hot rows (segments across tile borders), two levels: hot blocks of ``hot_tiles`` tiles
@@ -524,13 +533,12 @@ def backward_update(
             start = torch.empty(n_blocks, dtype=torch.int32, device=dev)
             _bwd_hot_carry_kernel[(n_blocks,)](
                 sorted_keys, partial, carry, start, N, total_rows,
-                TILE=tile, HT=ht, BLOCK_D=cfg.block_d, REDUCE=cfg.reduce, **cfg.launch_kwargs(),
+                TILE=tile, HT=ht, BLOCK_D=cfg.block_d, REDUCE=cfg.reduce, **cfg.hot_launch_kwargs(),
             )  # fmt: skip
         _bwd_hot_kernel[(n_blocks,)](
             weights, mom, m1, m2, sorted_keys, perm, bags, partial, carry, start, scal, N,
             shift, total_rows, meta.weights_offset, meta.row_offset, meta.dim, HT=ht,
             BLOCK_T=cfg.hot_block, BLOCK_D=cfg.block_d, BAG_SORTED=cfg.bag_sorted,
-            REDUCE=cfg.reduce, **opt,
-            **cfg.launch_kwargs(),
+            REDUCE=cfg.reduce, **opt, **cfg.hot_launch_kwargs(),
         )  # fmt: skip
     return dpsw

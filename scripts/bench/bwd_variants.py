@@ -52,7 +52,9 @@ def use_variant(name: str) -> None:
 
     def config(info, *, max_dim):
         cfg, _ = _ORIG_CONFIG(info, max_dim=max_dim)
-        return dataclasses.replace(cfg, reduce=reduce, num_warps=warps, bag_sorted=sorted_bags), tile
+        return dataclasses.replace(
+            cfg, reduce=reduce, num_warps=warps, bag_sorted=sorted_bags
+        ), tile
 
     tb.backward_config = config
 
@@ -110,6 +112,39 @@ def kernel_split(m, grad, idx, off, dev) -> dict[str, float]:
     return dict(sorted(split.items(), key=lambda kv: -kv[1]))
 
 
+def time_case(case: bt.Case, names: list[str], args, dev, timer: bt.Timer) -> dict:
+    """Every variant on one table set, in interleaved rounds; kernel split per variant."""
+    m = make_module(case, dev)
+    sets = bt.make_inputs(case, dev, seed=2)
+    grad = torch.randn(case.batch, len(case.rows) * case.dim, device=dev)
+    k = [0]
+
+    def fn():
+        idx, off = sets[k[0] % len(sets)]
+        k[0] += 1
+        call(m, grad, idx, off)
+
+    for name in names:  # compile + warm
+        use_variant(name)
+        for _ in range(3):
+            fn()
+    times = {n: [] for n in names}
+    for r in range(args.rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            use_variant(name)
+            times[name].append(timer.time(fn))
+    base, rows = names[0], {}
+    for name in names:
+        use_variant(name)
+        ratio = [b / t for b, t in zip(times[base], times[name], strict=True)]
+        rows[name] = {"ms": bt.summary(times[name]), "speedup_vs_" + base: bt.summary(ratio),
+                      "kernels_us": kernel_split(m, grad, *sets[0], dev)}  # fmt: skip
+        print(f"{case.dist:8s} {name:16s} {rows[name]['ms']['median']:.3f} ms "
+              f"[{rows[name]['ms']['min']:.3f}-{rows[name]['ms']['max']:.3f}]  "
+              f"x{statistics.median(ratio):.2f} vs {base}", flush=True)  # fmt: skip
+    return {"ids": int(sets[0][0].numel()), "rows": sum(case.rows), "variants": rows}
+
+
 def run(args) -> dict:
     dev = torch.device(args.device)
     names = args.variants.split(",") if args.variants else list(VARIANTS)
@@ -120,50 +155,18 @@ def run(args) -> dict:
     timer = bt.Timer(dev, args.reps)
     for dist in args.dists.split(","):
         case = dlrm_case(args.rows_cap, args.batch, dist)
-        m = make_module(case, dev)
-        sets = bt.make_inputs(case, dev, seed=2)
-        grad = torch.randn(case.batch, len(case.rows) * case.dim, device=dev)
-        k = [0]
-
-        def fn():
-            idx, off = sets[k[0] % len(sets)]
-            k[0] += 1
-            call(m, grad, idx, off)
-
-        for name in names:  # compile + warm
-            use_variant(name)
-            for _ in range(3):
-                fn()
-        times = {n: [] for n in names}
-        for r in range(args.rounds):
-            order = names[r % len(names):] + names[: r % len(names)]
-            for name in order:
-                use_variant(name)
-                times[name].append(timer.time(fn))
-        split = {}
+        res["cases"][dist] = time_case(case, names, args, dev, timer)
         if dev.type == "cuda":
-            for name in names:
-                use_variant(name)
-                split[name] = kernel_split(m, grad, *sets[0], dev)
-        base = names[0]
-        rows = {}
-        for name in names:
-            ratio = [b / t for b, t in zip(times[base], times[name], strict=True)]
-            rows[name] = {"ms": bt.summary(times[name]), "speedup_vs_" + base: bt.summary(ratio),
-                          "kernels_us": split.get(name, {})}  # fmt: skip
-            print(f"{dist:8s} {name:16s} {rows[name]['ms']['median']:.3f} ms "
-                  f"[{rows[name]['ms']['min']:.3f}-{rows[name]['ms']['max']:.3f}]  "
-                  f"x{statistics.median(ratio):.2f} vs {base}", flush=True)  # fmt: skip
-        res["cases"][dist] = {"ids": int(sets[0][0].numel()), "rows": sum(case.rows), "rows_": rows}
-        del m, sets
-        torch.cuda.empty_cache() if dev.type == "cuda" else None
+            torch.cuda.empty_cache()
     return res
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--variants", default="", help="comma list (default: all); the first is the base")
+    ap.add_argument(
+        "--variants", default="", help="comma list (default: all); the first is the base"
+    )
     ap.add_argument("--dists", default="uniform,zipf")
     ap.add_argument("--rows-cap", type=int, default=10_000_000)
     ap.add_argument("--batch", type=int, default=65536)
