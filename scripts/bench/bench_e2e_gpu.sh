@@ -237,9 +237,11 @@ LEVERS_OFF=(model.compile_dense=false model.dcn_autocast_residual=false model.de
 RT_FIT=(kernel=fbgemm "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}")
 # throughput stages skip validation (its graphs would be compiled too, for nothing)
 RT=("${RT_FIT[@]}" trainer.limit_val_batches=0)
+# the recipe with rocmtrain's Triton TBE (rocmtrain.embedding sharder) instead of FBGEMM's
+RT_TRITON=(kernel=triton "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}" trainer.limit_val_batches=0)
 A1=(--bf16 "${ANCHOR_SMALL[@]}")
 # Five interleaved rounds of the recipe against the tuned anchor (the first profiled, with the sync
-# report); rounds 1-3 also hold the swap-in pairs (a user's own module with the strategy, DCN
+# report); rounds 1-3 also run the recipe with kernel=triton right after kernel=fbgemm, and hold the swap-in pairs (a user's own module with the strategy, DCN
 # compiled and eager, against plain TorchRec with the same compile setting: the compiled one
 # shares the tuned anchor's readings), their first with a sync report; the convergence pair after
 # round 3, so a budget cut takes rounds 4-5 first.
@@ -249,9 +251,11 @@ for rep in 1 2 3 4 5; do
     anchor anchor_1gpu_bf16_compiled 1 "${A1[@]}" --compile \
       --profile-dir "$WORK/runs/anchor_1gpu_bf16_compiled/profile"
     rocm rt_1gpu_fbgemm_bf16 1 "${RT[@]}" "${PROF[@]}" "${SYNCS[@]}"
+    rocm rt_1gpu_triton_bf16 1 "${RT_TRITON[@]}" "${PROF[@]}"
   else
     anchor "anchor_1gpu_bf16_compiled$sfx" 1 "${A1[@]}" --compile
     rocm "rt_1gpu_fbgemm_bf16$sfx" 1 "${RT[@]}"
+    [ "$rep" -le 3 ] && rocm "rt_1gpu_triton_bf16$sfx" 1 "${RT_TRITON[@]}"
   fi
   if [ "$rep" -le 3 ]; then
     sync=(); [ "$rep" = 1 ] && sync=(--sync-report)
@@ -266,8 +270,6 @@ for rep in 1 2 3 4 5; do
 done
 rocm rt_1gpu_fbgemm_bf16_nocg 1 "${RT[@]}" model.compile_mode=default
 rocm rt_1gpu_fbgemm_bf16_base 1 "${RT[@]}" "${LEVERS_OFF[@]}" "${PROF[@]}"
-rocm rt_1gpu_triton_bf16 1 kernel=triton "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}" \
-  trainer.limit_val_batches=0 "${PROF[@]}"
 rocm rt_1gpu_fbgemm_bf16_nores_fresh 1 "${RT_FIT[@]}" "${FRESH[@]}" model.dcn_autocast_residual=false
 rocm rt_1gpu_fbgemm_bf16_densec 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.compile_dense=true
 rocm rt_1gpu_fbgemm_bf16_bf16res 1 "${RT[@]}" "${LEVERS_OFF[@]}" model.dcn_autocast_residual=true

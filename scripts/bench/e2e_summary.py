@@ -328,6 +328,12 @@ def targets(rows: list[dict[str, Any]]) -> list[str]:
                 f"{a[-1]:.4f} (gap {gap:+.4f}; target within {TARGET_AUC_GAP}): "
                 f"{'MET' if gap >= -TARGET_AUC_GAP else 'missed'}"
             )
+    q = ratio(grouped, "rt_1gpu_triton_bf16", head)
+    if q is not None:
+        lines.append(
+            f"- kernel=triton vs kernel=fbgemm (`rt_1gpu_triton_bf16` vs `{head}`): "
+            f"{_fmt_ratio(q)}; target lower bound >= 1.0x: {'MET' if q['low'] >= 1.0 else 'missed'}"
+        )
     for name, anchor in (
         ("swapin_1gpu_bf16", "anchor_1gpu_bf16"),
         ("swapin_1gpu_bf16_compiled", "anchor_1gpu_bf16_compiled"),
