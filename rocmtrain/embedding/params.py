@@ -19,6 +19,12 @@ from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
 
 from rocmtrain.kernels import OptimizerSpec
 
+#: ``bounds_check_every`` of the TorchRec kernels unless fused_params sets it: bad ids are counted
+#: on the device and the count is read every 100 forwards, so training has no per-step host sync
+#: from the check (TorchRec's FBGEMM default, ``BoundsCheckMode.WARNING``, checks on the device
+#: too). A standalone :class:`~rocmtrain.kernels.TableBatchedEmbeddingBags` checks every batch.
+TORCHREC_BOUNDS_CHECK_EVERY = 100
+
 #: FBGEMM optimizer type -> our ``OptimizerSpec.kind``.
 EMB_OPTIM_TO_KIND: dict[EmbOptimType, str] = {
     EmbOptimType.EXACT_SGD: "sgd",
@@ -95,7 +101,8 @@ def tbe_options(fused_params: dict[str, Any] | None) -> tuple[OptimizerSpec, dic
     ``betas`` (torch.optim.Adam style), ``weight_decay``, ``output_dtype``, ``weights_precision``,
     ``stochastic_rounding``, ``deterministic``, ``bounds_check``, ``bounds_check_mode`` (FBGEMM's
     ``BoundsCheckMode``: ``NONE`` turns our check off, any other mode turns it on and a bad id
-    raises), ``seed``, the no-effect keys in
+    raises), ``bounds_check_every`` (default :data:`TORCHREC_BOUNDS_CHECK_EVERY`), ``seed``,
+    the no-effect keys in
     :data:`NO_EFFECT_KEYS`, and torch optimizer kwargs at their defaults (``momentum=0``,
     ``lr_decay=0``, ``initial_accumulator_value=0``, ``amsgrad=False`` ...). Anything else raises
     :class:`FusedParamsError` naming the key.
@@ -126,6 +133,13 @@ def tbe_options(fused_params: dict[str, Any] | None) -> tuple[OptimizerSpec, dic
         # a clear error for any bad id when the check is on (never reads out of bounds).
         mode = p.pop("bounds_check_mode")
         extra["bounds_check"] = getattr(mode, "name", str(mode)).upper() != "NONE"
+    every = p.pop("bounds_check_every", TORCHREC_BOUNDS_CHECK_EVERY)
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise FusedParamsError(
+            f"fused_params['bounds_check_every']={every!r}: use an int >= 1 (1 = check every "
+            f"batch with a host sync; k = count bad ids on the device, read every k-th forward)"
+        )
+    extra["bounds_check_every"] = every
     if "seed" in p:
         extra["seed"] = int(p.pop("seed"))
     # torch optimizer kwargs that are fine at their default value only
@@ -158,7 +172,8 @@ def tbe_options(fused_params: dict[str, Any] | None) -> tuple[OptimizerSpec, dic
         raise FusedParamsError(
             f"fused_params keys {sorted(p)} are not understood by rocmtrain's kernels (known: "
             "optimizer, learning_rate, eps, beta1, beta2, weight_decay, output_dtype, "
-            "weights_precision, stochastic_rounding, deterministic, bounds_check, seed); "
+            "weights_precision, stochastic_rounding, deterministic, bounds_check, "
+            "bounds_check_every, seed); "
             "remove them or use kernel=fbgemm"
         )
     try:

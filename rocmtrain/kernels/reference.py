@@ -106,8 +106,10 @@ def forward(
     *,
     pooling: str,
     output_dtype: torch.dtype,
+    bad_count: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Pooled lookup ``[B, sum D]`` in ``output_dtype``, accumulated in fp32."""
+    """Pooled lookup ``[B, sum D]`` in ``output_dtype``, accumulated in fp32. ``bad_count``: add
+    the number of out-of-range / negative indices (read as zeros) to it, no host sync."""
     B = layout.batch_size(offsets)
     F = layout.num_features
     out = torch.zeros(B, layout.total_dim, dtype=torch.float32, device=weights.device)
@@ -125,6 +127,8 @@ def forward(
         W = _table_view(layout, weights, t)
         idx = indices[s:e].long()
         valid = (idx >= 0) & (idx < W.shape[0])
+        if bad_count is not None:
+            bad_count += (~valid).sum().to(bad_count.dtype)
         rows = W[idx.clamp(0, W.shape[0] - 1)].float() * valid[:, None]
         if scale is not None:
             rows = rows * scale[s:e, None]

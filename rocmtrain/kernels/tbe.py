@@ -97,6 +97,13 @@ class TableBatchedEmbeddingBags(nn.Module):
     int64). ``backward`` updates the touched rows of ``weights`` in place (EXACT SGD, rowwise
     Adagrad or Adam, fp32 state) and returns the gradient of ``per_sample_weights``; ``weights``
     never receives a ``.grad``. Under ``torch.no_grad()`` or without ``backward`` nothing changes.
+
+    Bounds check (``bounds_check=True``): out-of-range or negative indices are never read or
+    updated (they pool as zeros). ``bounds_check_every=1`` checks every batch before the lookup
+    (one host sync per forward) and raises an ``IndexError`` naming the feature, table, index
+    and sample. ``bounds_check_every=k > 1`` counts bad indices on the device during the lookup
+    (no host sync) and reads the count every k-th forward (one sync per k): a bad id is reported
+    within k steps, by name if it is in the batch of that forward, else by count.
     """
 
     def __init__(
@@ -110,6 +117,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         pooling: Pooling = "sum",
         backend: BackendName = "auto",
         bounds_check: bool = True,
+        bounds_check_every: int = 1,
         deterministic: bool = False,
         stochastic_rounding: bool = True,
         seed: int = 0,
@@ -134,6 +142,18 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.backend_name = backend
         _resolve_backend(backend, device)  # validate now, resolve per call (module may move)
         self.bounds_check = bounds_check
+        if (
+            isinstance(bounds_check_every, bool)
+            or not isinstance(bounds_check_every, int)
+            or (bounds_check_every < 1)
+        ):
+            raise ValueError(
+                f"bounds_check_every={bounds_check_every!r}: use an int >= 1 (1 = check every "
+                f"batch before the lookup, k = count bad ids on the device, read every k-th)"
+            )
+        self.bounds_check_every = bounds_check_every
+        self._bad: torch.Tensor | None = None  # deferred check: bad ids since the last read
+        self._since_check = 0
         self.deterministic = deterministic
         self.stochastic_rounding = stochastic_rounding
         self.seed = int(seed)
@@ -184,7 +204,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         per_sample_weights: torch.Tensor | None = None,
     ) -> torch.Tensor:
         self._check_args(indices, offsets, per_sample_weights)
-        if self.bounds_check:
+        if self.bounds_check and self.bounds_check_every == 1:
             reference.check_inputs(self.layout, indices, offsets)
         if torch.is_grad_enabled():
             # one empty leaf that requires grad makes the output require grad whatever the
@@ -193,8 +213,44 @@ class TableBatchedEmbeddingBags(nn.Module):
             if anchor is None or anchor.device != self.weights.device:
                 anchor = self._anchor = torch.empty(0, device=self.weights.device,
                                                     requires_grad=True)  # fmt: skip
-            return _TBEFunction.apply(self, anchor, indices, offsets, per_sample_weights)
-        return self._forward_impl(indices, offsets, per_sample_weights)
+            out = _TBEFunction.apply(self, anchor, indices, offsets, per_sample_weights)
+        else:
+            out = self._forward_impl(indices, offsets, per_sample_weights)
+        if self._deferred_check:
+            self._read_bad_count(indices, offsets)
+        return out
+
+    @property
+    def _deferred_check(self) -> bool:
+        return self.bounds_check and self.bounds_check_every > 1
+
+    def _bad_counter(self) -> torch.Tensor | None:
+        """The device counter the lookup adds bad ids to (deferred check), else None."""
+        if not self._deferred_check:
+            return None
+        dev = self.weights.device
+        if self._bad is None or self._bad.device != dev:
+            self._bad = torch.zeros(1, dtype=torch.int32, device=dev)
+        return self._bad
+
+    def _read_bad_count(self, indices: torch.Tensor, offsets: torch.Tensor) -> None:
+        """Every ``bounds_check_every``-th forward: one host sync reads the device count."""
+        self._since_check += 1
+        if self._since_check < self.bounds_check_every:
+            return
+        every, self._since_check = self._since_check, 0
+        bad = self._bad_counter()
+        n = int(bad.item()) if bad is not None else 0
+        if n == 0:
+            return
+        bad.zero_()
+        reference.check_inputs(self.layout, indices, offsets)  # names it if in this batch
+        raise IndexError(
+            f"{n} embedding indices out of range or negative in the last {every} forwards (they "
+            f"pooled as zeros and no row was updated); this batch has none. Fix the input ids "
+            f"(hash or clamp them to the table size), or set bounds_check_every=1 to stop at the "
+            f"first bad batch with its feature, table, index and sample named."
+        )
 
     def split_embedding_weights(self) -> list[torch.Tensor]:
         """Per-table ``[rows, D]`` views into :attr:`weights` (writes go to the module)."""
@@ -289,6 +345,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                 pooling=self.pooling,
                 output_dtype=self.output_dtype,
                 groups=groups,
+                bad_count=self._bad_counter(),
             )
         return reference.forward(
             self.layout,
@@ -298,6 +355,7 @@ class TableBatchedEmbeddingBags(nn.Module):
             psw,
             pooling=self.pooling,
             output_dtype=self.output_dtype,
+            bad_count=self._bad_counter(),
         )
 
     def _backward_impl(self, grad_out, indices, offsets, psw, need_psw_grad):

@@ -39,8 +39,10 @@ def _tbe_fwd_kernel(
     f_dim_ptr,
     f_doff_ptr,
     feat_ptr,
+    bad_ptr,
     B,
     out_stride,
+    COUNT_BAD: tl.constexpr,
     HAS_PSW: tl.constexpr,
     MEAN: tl.constexpr,
     VEC: tl.constexpr,
@@ -72,11 +74,14 @@ def _tbe_fwd_kernel(
     ds = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = (ds // VEC) < (D // VEC)  # == ds < D (VEC divides D); keeps masks VEC-constant
     acc = tl.zeros([BAGS, BLOCK_L, BLOCK_D], dtype=tl.float32)
+    nbad = tl.zeros([BAGS, BLOCK_L], dtype=tl.int32)
     for l0 in range(0, max_len, BLOCK_L):
         pos = start[:, None] + l0 + ls[None, :]  # [BAGS, BLOCK_L]
         pmask = (l0 + ls[None, :]) < length[:, None]
         idx = tl.load(indices_ptr + pos, mask=pmask, other=0).to(tl.int64)
         valid = pmask & (idx >= 0) & (idx < rows)
+        if COUNT_BAD:
+            nbad += tl.where(pmask & ~valid, 1, 0)
         row = tl.multiple_of(woff + idx * D, [VEC, VEC])
         w = tl.load(
             weights_ptr + row[:, :, None] + ds[None, None, :],
@@ -87,6 +92,10 @@ def _tbe_fwd_kernel(
             s = tl.load(psw_ptr + pos, mask=pmask, other=0.0).to(tl.float32)
             w = w * s[:, :, None]
         acc += w
+    if COUNT_BAD:  # deferred bounds check: out-of-range ids were read as zeros, count them
+        bad = tl.sum(tl.sum(nbad, axis=1), axis=0)
+        if (pid_d == 0) & (bad > 0):
+            tl.atomic_add(bad_ptr, bad)
     res = tl.sum(acc, axis=1)
     if MEAN:
         res = res / tl.maximum(length, 1).to(tl.float32)[:, None]
@@ -119,7 +128,7 @@ def _device_info(index: int | None) -> DeviceInfo:
 
 
 def _launch(cfg: LaunchConfig, layout, weights, indices, offsets, psw, out, pooling, B,
-            feats=None, max_dim=None):  # fmt: skip
+            feats=None, max_dim=None, bad_count=None):  # fmt: skip
     meta = layout.meta(weights.device)
     feats = _all_features(layout.num_features, weights.device) if feats is None else feats
     max_dim = max_dim or layout.max_dim
@@ -127,8 +136,8 @@ def _launch(cfg: LaunchConfig, layout, weights, indices, offsets, psw, out, pool
     _tbe_fwd_kernel[grid](
         weights, indices, offsets, psw if psw is not None else weights, out,
         meta.weights_offset, meta.rows, meta.dim, meta.d_offsets, feats,
-        B, out.stride(0),
-        HAS_PSW=psw is not None, MEAN=pooling == "mean", VEC=_vec(layout), DIM=_uniform_dim(layout),
+        bad_count if bad_count is not None else feats, B, out.stride(0),
+        COUNT_BAD=bad_count is not None, HAS_PSW=psw is not None, MEAN=pooling == "mean", VEC=_vec(layout), DIM=_uniform_dim(layout),
         BAGS=cfg.bags, BLOCK_L=cfg.block_l, BLOCK_D=cfg.block_d,
         **cfg.launch_kwargs(),
     )  # fmt: skip
@@ -177,8 +186,12 @@ def forward(
     pooling: str,
     output_dtype: torch.dtype,
     groups: list[tuple] | None = None,
+    bad_count: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Pooled lookup ``[B, sum_f D_f]`` in ``output_dtype`` (fp32 accumulation).
+
+    ``bad_count`` (int32 [1] on the device): add the number of out-of-range / negative indices
+    (read as zeros) to it, without a host sync (the module's deferred bounds check).
 
     ``groups`` (from :func:`feature_groups`): one launch per feature group with the arch's
     one-hot or multi-hot tile; None = one launch over all features, tiled for the batch's mean
@@ -208,7 +221,8 @@ def forward(
                 cfg = _tune(forward_candidates(info, **kw), layout, weights, indices, offsets,
                             psw, out, pooling, B, feats, max_dim)  # fmt: skip
                 _TUNED[key] = cfg
-        _launch(cfg, layout, weights, indices, offsets, psw, out, pooling, B, feats, max_dim)
+        _launch(cfg, layout, weights, indices, offsets, psw, out, pooling, B, feats, max_dim,
+                bad_count)  # fmt: skip
     return out
 
 

@@ -34,25 +34,24 @@ import bench_tbe as bt  # noqa: E402
 import rocmtrain.kernels.tbe_backward as tb  # noqa: E402
 from rocmtrain.kernels import OptimizerSpec, TableBatchedEmbeddingBags  # noqa: E402
 
-# name -> (reduce, tile, num_warps, bag_sorted)
+# name -> (reduce, tile, num_warps, bag_sorted, hot_tiles)
 VARIANTS = {
-    "scan8x2": ("scan", 8, 2, True),  # the sm_90 table's choice
-    "scan8x2_perm": ("scan", 8, 2, False),
-    "scan8x1": ("scan", 8, 1, True),
-    "scan16x4": ("scan", 16, 4, True),
-    "dot16x4": ("dot", 16, 4, True),
+    "scan8x2": ("scan", 8, 2, True, 16),  # the sm_90 table's choice
+    "scan8x2_ht32": ("scan", 8, 2, True, 32),
+    "scan16x4": ("scan", 16, 4, True, 16),
 }
 
 
 def use_variant(name: str) -> None:
-    """Make ``backward_update`` launch with this variant's tile, warps and reduction."""
-    reduce, tile, warps, sorted_bags = VARIANTS[name]
+    """Make ``backward_update`` launch with this variant's tile, warps, reduction, bag order and
+    tiles per hot-row block."""
+    reduce, tile, warps, sorted_bags, hot_tiles = VARIANTS[name]
 
     def config(info, *, max_dim):
         cfg, _ = _ORIG_CONFIG(info, max_dim=max_dim)
-        return dataclasses.replace(
-            cfg, reduce=reduce, num_warps=warps, bag_sorted=sorted_bags
-        ), tile
+        cfg = dataclasses.replace(cfg, reduce=reduce, num_warps=warps, bag_sorted=sorted_bags,
+                                  hot_tiles=hot_tiles)  # fmt: skip
+        return cfg, tile
 
     tb.backward_config = config
 
@@ -178,7 +177,7 @@ def main(argv=None) -> int:
     if args.cpu_smoke:
         args.device, args.rows_cap, args.batch, args.rounds, args.reps = "cpu", 200, 8, 2, 1
         args.check_rows_cap, args.check_batch = 100, 4
-        args.variants = args.variants or "scan16x4,dot16x4"
+        args.variants = args.variants or "scan16x4,scan8x2"
     res = run(args)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,7 @@ def test_fused_params_map_to_optimizer_spec():
          "output_dtype": SparseType.BF16, "cache_precision": SparseType.FP32}
     )  # fmt: skip
     assert spec == OptimizerSpec("rowwise_adagrad", lr=0.05, eps=1e-6)
-    assert extra == {"output_dtype": torch.bfloat16}
+    assert extra == {"output_dtype": torch.bfloat16, "bounds_check_every": 100}
     spec, _ = tbe_options({"optimizer": EmbOptimType.ADAM, "lr": 1e-3, "betas": (0.8, 0.9)})
     assert spec == OptimizerSpec("adam", lr=1e-3, beta1=0.8, beta2=0.9)
     assert tbe_options(None)[0] == OptimizerSpec()
@@ -59,6 +59,8 @@ def test_fused_params_map_to_optimizer_spec():
         ({"learning_rate": -1.0}, "lr=-1.0 must be >= 0"),
         ({"weights_precision": SparseType.INT8}, "weights_precision"),
         ({"bogus": 1}, r"\['bogus'\]"),
+        ({"bounds_check_every": 0}, r"fused_params\['bounds_check_every'\]=0: use an int >= 1"),
+        ({"bounds_check_every": True}, r"\['bounds_check_every'\]=True"),
     ],
 )
 def test_fused_params_we_cannot_honour_are_refused(params, match):
@@ -100,6 +102,6 @@ def test_planner_side_fused_params_are_understood():
 
     _, extra = tbe_options({"bounds_check_mode": BoundsCheckMode.NONE, "enforce_hbm": True,
                             "stochastic_rounding": False})  # fmt: skip
-    assert extra == {"bounds_check": False, "stochastic_rounding": False}
-    _, extra = tbe_options({"bounds_check_mode": BoundsCheckMode.WARNING})
-    assert extra == {"bounds_check": True}
+    assert extra == {"bounds_check": False, "stochastic_rounding": False, "bounds_check_every": 100}
+    _, extra = tbe_options({"bounds_check_mode": BoundsCheckMode.WARNING, "bounds_check_every": 1})
+    assert extra == {"bounds_check": True, "bounds_check_every": 1}

@@ -127,6 +127,43 @@ def test_out_of_range_index_names_feature(backend, bad):
         m(idx, case.offsets)
 
 
+def _count_host_syncs(fn) -> int:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(e.count for e in prof.key_averages() if e.key == "aten::_local_scalar_dense")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_deferred_bounds_check_counts_on_device_and_reports_within_k(backend):
+    """bounds_check_every=3: no host sync on the forwards in between, a bad id pools as zero and
+    is reported on the 3rd forward by count (it was in an earlier batch) or by name (in this
+    one); the count starts again after a report."""
+    from tbe_oracle import Case
+
+    m = _module(backend, bounds_check_every=3)
+    case = make_case(TABLES, FMAP, B=4, seed=5, empty_frac=0.0, max_len=2)
+    pos = int(case.offsets[2 * 4 + 1])  # feature 2, sample 1 (table 0: 40 rows)
+    bad = case.indices.clone()
+    bad[pos] = 40
+    w = [w.clone() for w in m.split_embedding_weights()]
+    out = m(bad, case.offsets)  # forward 1: the bad id, no error yet
+    padded = [torch.cat([w[0], torch.zeros(1, 12)])] + w[1:]  # row 40 of table 0 reads zeros
+    ref = oracle_forward(padded, Case([(41, 12)] + TABLES[1:], FMAP, 4, bad, case.offsets, None),
+                         "sum")  # fmt: skip
+    assert_close(out, ref, torch.float32, "bad id pooled as zero")
+    assert _count_host_syncs(lambda: m(case.indices, case.offsets)) == 0  # forward 2
+    with pytest.raises(IndexError, match=r"1 embedding indices out of range .* last 3 forwards"):
+        m(case.indices, case.offsets)  # forward 3 reads the count: one sync
+    m(case.indices, case.offsets)  # forwards 4, 5: the count was reset
+    m(case.indices, case.offsets)
+    with pytest.raises(IndexError, match=r"feature 2 \(table 0, 40 rows\) has index 40"):
+        m(bad, case.offsets)  # forward 6 has the bad id in its own batch: named
+    with pytest.raises(ValueError, match="bounds_check_every=0: use an int >= 1"):
+        _module(backend, bounds_check_every=0)
+
+
 def test_bad_offsets_and_args_are_clear():
     m = _module("torch")
     with pytest.raises(ValueError, match="F\\*B\\+1"):
