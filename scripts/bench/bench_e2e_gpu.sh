@@ -251,7 +251,7 @@ for rep in 1 2 3 4 5; do
     anchor anchor_1gpu_bf16_compiled 1 "${A1[@]}" --compile \
       --profile-dir "$WORK/runs/anchor_1gpu_bf16_compiled/profile"
     rocm rt_1gpu_fbgemm_bf16 1 "${RT[@]}" "${PROF[@]}" "${SYNCS[@]}"
-    rocm rt_1gpu_triton_bf16 1 "${RT_TRITON[@]}" "${PROF[@]}"
+    rocm rt_1gpu_triton_bf16 1 "${RT_TRITON[@]}" "${PROF[@]}" "${SYNCS[@]}"
   else
     anchor "anchor_1gpu_bf16_compiled$sfx" 1 "${A1[@]}" --compile
     rocm "rt_1gpu_fbgemm_bf16$sfx" 1 "${RT[@]}"
