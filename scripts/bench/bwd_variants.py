@@ -10,9 +10,9 @@ reading = CUDA-event time of ``--reps`` back-to-back ``backward_update`` calls /
 
 Commands::
 
-    # H200 (~2-3 min): uniform and Zipf ids, every variant
-    python3 scripts/bench/bwd_variants.py --out $OUT/bwd
-    # CPU self-test (Triton interpreter, tiny sizes)
+    # H200 (~1 min for 3 variants): uniform and Zipf ids
+    python3 scripts/bench/bwd_variants.py --variants scan8x2,scan8x2_ht32,scan16x4 --out $OUT/bwd
+    # CPU self-test (Triton interpreter, tiny sizes; the scan variants take ~30 s each there)
     TRITON_INTERPRET=1 .venv/bin/python scripts/bench/bwd_variants.py --cpu-smoke --out /tmp/bwd
 """
 
@@ -34,17 +34,23 @@ import bench_tbe as bt  # noqa: E402
 import rocmtrain.kernels.tbe_backward as tb  # noqa: E402
 from rocmtrain.kernels import OptimizerSpec, TableBatchedEmbeddingBags  # noqa: E402
 
-# name -> (reduce, tile, num_warps, bag_sorted, hot_tiles)
-VARIANTS = {
+# name -> (reduce, tile, num_warps, bag_sorted, hot_tiles); None = the arch table's own choice
+VARIANTS: dict[str, tuple | None] = {
+    "table": None,
     "scan8x2": ("scan", 8, 2, True, 16),  # the sm_90 table's choice
     "scan8x2_ht32": ("scan", 8, 2, True, 32),
+    "scan8x2_perm": ("scan", 8, 2, False, 16),
     "scan16x4": ("scan", 16, 4, True, 16),
+    "dot16x4": ("dot", 16, 4, True, 16),
 }
 
 
 def use_variant(name: str) -> None:
     """Make ``backward_update`` launch with this variant's tile, warps, reduction, bag order and
     tiles per hot-row block."""
+    if VARIANTS[name] is None:
+        tb.backward_config = _ORIG_CONFIG
+        return
     reduce, tile, warps, sorted_bags, hot_tiles = VARIANTS[name]
 
     def config(info, *, max_dim):
@@ -123,7 +129,7 @@ def time_case(case: bt.Case, names: list[str], args, dev, timer: bt.Timer) -> di
 
     for name in names:  # compile + warm
         use_variant(name)
-        for _ in range(3):
+        for _ in range(args.warmup):
             fn()
     times = {n: [] for n in names}
     for r in range(args.rounds):
@@ -171,13 +177,14 @@ def main(argv=None) -> int:
     ap.add_argument("--check-batch", type=int, default=2048)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=3, help="calls per variant before timing")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU")
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
     if args.cpu_smoke:
-        args.device, args.rows_cap, args.batch, args.rounds, args.reps = "cpu", 200, 8, 2, 1
-        args.check_rows_cap, args.check_batch = 100, 4
-        args.variants = args.variants or "scan16x4,scan8x2"
+        args.device, args.rows_cap, args.batch, args.rounds, args.reps = "cpu", 200, 4, 2, 1
+        args.check_rows_cap, args.check_batch, args.warmup = 100, 2, 1
+        args.variants = args.variants or "table,dot16x4"
     res = run(args)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
