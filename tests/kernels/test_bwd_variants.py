@@ -14,6 +14,9 @@ sys.path.insert(0, str(ROOT / "scripts" / "bench"))
 def test_bwd_variants_cpu_smoke(tmp_path):
     import bwd_variants
 
+    import rocmtrain.kernels.tbe_backward as tb
+
+    config = tb.backward_config
     assert bwd_variants.main(["--cpu-smoke", "--dists", "zipf", "--out", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "bwd_variants.json").read_text())
     assert res["variants"] == ["table", "dot16x4"]
@@ -25,3 +28,4 @@ def test_bwd_variants_cpu_smoke(tmp_path):
         assert row["ms"]["min"] <= row["ms"]["median"] <= row["ms"]["max"]
         assert row["speedup_vs_table"]["min"] > 0
     assert case["variants"]["table"]["speedup_vs_table"]["median"] == 1.0
+    assert tb.backward_config is config  # the arch table's config again for later tests
