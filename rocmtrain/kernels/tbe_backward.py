@@ -3,20 +3,23 @@
 No dense ``[rows, D]`` gradient, no float atomics, no host sync:
 
 1. ``_keys_kernel``: every index position gets its global row key ``row_offset[table] + index``
-   (a sentinel past the last row for out-of-range indices); ``torch.sort`` groups equal rows
-   (stable in deterministic mode: a row's occurrences are then summed in input order).
+   (a sentinel past the last row for out-of-range indices) and its bag, packed
+   ``feature << shift | sample``; ``torch.sort`` groups equal rows (stable in deterministic
+   mode: a row's occurrences are then summed in input order); on GPUs the bags are gathered
+   into sorted order once.
 2. ``_bwd_tile_kernel``, one program per ``TILE`` sorted positions: gathers the gradient rows
    (``grad_out`` row of the bag x per-sample weight x 1/len for MEAN), sums each row's run in
-   fp32 (segmented scan), writes d per_sample_weights, and applies SGD / rowwise Adagrad / Adam
-   where a row's run is whole in the tile (stochastic rounding for fp16/bf16). A run cut by a
-   tile border leaves an fp32 partial instead: slot ``2t`` (continues from tile t-1) or
-   ``2t + 1`` (runs into tile t+1).
+   fp32 (:func:`_run_sums`), writes d per_sample_weights, and applies SGD / rowwise Adagrad /
+   Adam where a row's run is whole in the tile (stochastic rounding for fp16/bf16). A run cut by
+   a tile border leaves an fp32 partial instead: slot ``2t`` (continues from tile t-1) or
+   ``2t + 1`` (runs into tile t+1); a tile that is one key's interior piece stores just that.
 3. Hot rows (runs across tile borders), two levels over hot blocks of ``HT`` tiles:
    ``_bwd_hot_carry_kernel`` stores, per block that a run leaves, the run's sum over the block;
-   ``_bwd_hot_kernel`` sums every run ending in its block over the block (fixed slot order), adds
-   the carries of the blocks a run covered (walking back, fixed order) and updates the rows.
-   A row seen 1e5 times is ~6,000 parallel tile programs, ~390 parallel block programs and a
-   ~13-step carry sum, never a serial loop over its occurrences.
+   ``_bwd_hot_kernel`` sums every run ending in its block over the block (a run sum over the
+   tiles' pieces, fixed order), adds the carries of the blocks a run covered (walking back,
+   fixed order) and updates the rows. A row seen 1e5 times at 8-position tiles is ~12,500
+   parallel tile programs, ~780 parallel block programs and a ~25-step carry sum, never a
+   serial loop over its occurrences.
 
 Usage (what the module calls)::
 
