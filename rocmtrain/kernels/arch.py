@@ -269,7 +269,8 @@ def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, in
     p = ARCH_TABLE[arch_key(info)]
     block_d = max(16, _pow2_ceil(max_dim))  # narrower tiles hit the same Triton 3.6 bug
     budget = p.bwd_lanes * p.bwd_elems_per_lane
-    tile = max(8, min(p.bwd_max_tile, _pow2_floor(max(1, budget // block_d))))
+    # at least 16 positions (8 where the table caps tiles at 8): wide rows take more registers
+    tile = max(min(16, p.bwd_max_tile), min(p.bwd_max_tile, _pow2_floor(max(1, budget // block_d))))
     if info.backend == "cpu":  # interpreter: [tile, tile] x [tile, D] per program stays ~1 M
         tile = max(16, min(tile, _pow2_floor((2**20 // block_d) ** 0.5)))
 
