@@ -18,6 +18,7 @@ import torch
 from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
 
 from rocmtrain.kernels import OptimizerSpec
+from rocmtrain.kernels.tbe import check_bounds_check_every
 
 #: ``bounds_check_every`` of the TorchRec kernels unless fused_params sets it: bad ids are counted
 #: on the device and the count is read every 100 forwards, so training has no per-step host sync
@@ -134,12 +135,12 @@ def tbe_options(fused_params: dict[str, Any] | None) -> tuple[OptimizerSpec, dic
         mode = p.pop("bounds_check_mode")
         extra["bounds_check"] = getattr(mode, "name", str(mode)).upper() != "NONE"
     every = p.pop("bounds_check_every", TORCHREC_BOUNDS_CHECK_EVERY)
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise FusedParamsError(
-            f"fused_params['bounds_check_every']={every!r}: use an int >= 1 (1 = check every "
-            f"batch with a host sync; k = count bad ids on the device, read every k-th forward)"
+    try:
+        extra["bounds_check_every"] = check_bounds_check_every(
+            every, "fused_params['bounds_check_every']"
         )
-    extra["bounds_check_every"] = every
+    except ValueError as exc:
+        raise FusedParamsError(str(exc)) from exc
     if "seed" in p:
         extra["seed"] = int(p.pop("seed"))
     # torch optimizer kwargs that are fine at their default value only

@@ -39,6 +39,16 @@ _GRAPH_ENV = {"auto": "auto", "1": True, "0": False}
 _log = logging.getLogger(__name__)
 
 
+def check_bounds_check_every(value: Any, name: str = "bounds_check_every") -> int:
+    """``value`` if it is an int >= 1, else a ``ValueError`` naming ``name``, the value and the fix."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"{name}={value!r}: use an int >= 1 (1 = check every batch before the lookup, with a "
+            f"host sync; k = count bad ids on the device, read the count every k-th forward)"
+        )
+    return value
+
+
 def _resolve_graph_mode(cuda_graph) -> str | bool:
     """``cuda_graph`` argument (None: ``ROCMTRAIN_TBE_CUDA_GRAPH``, unset = "auto") -> mode."""
     if cuda_graph is None:
@@ -142,16 +152,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.backend_name = backend
         _resolve_backend(backend, device)  # validate now, resolve per call (module may move)
         self.bounds_check = bounds_check
-        if (
-            isinstance(bounds_check_every, bool)
-            or not isinstance(bounds_check_every, int)
-            or (bounds_check_every < 1)
-        ):
-            raise ValueError(
-                f"bounds_check_every={bounds_check_every!r}: use an int >= 1 (1 = check every "
-                f"batch before the lookup, k = count bad ids on the device, read every k-th)"
-            )
-        self.bounds_check_every = bounds_check_every
+        self.bounds_check_every = check_bounds_check_every(bounds_check_every)
         self._bad: torch.Tensor | None = None  # deferred check: bad ids since the last read
         self._since_check = 0
         self.deterministic = deterministic

@@ -299,7 +299,7 @@ def _bwd_tile_kernel(
 
 @triton.jit
 def _hot_block(
-    sorted_keys_ptr, partial_ptr, jb, N, total_rows,
+    sorted_keys_ptr, partial_ptr, jb, k0, head, N, total_rows,
     TILE: tl.constexpr, HT: tl.constexpr, BLOCK_D: tl.constexpr, REDUCE: tl.constexpr,
 ):  # fmt: skip
     """The cut segments' fp32 sums over the hot block of tiles ``[jb, jb + HT)``.
@@ -309,12 +309,11 @@ def _hot_block(
     block's first tile, whose incoming piece belongs to the previous block's carry). Both
     belong to the segment of tile j's first key ``k0[j]``, so the block sum of a segment is a
     run sum of ``X`` over equal ``k0`` (:func:`_run_sums`: O(HT x BLOCK_D), a fixed order).
-    Returns ``[HT, BLOCK_D]`` sums (valid at each segment's last tile in the block) and the
-    tiles' ``k0, k1, head, tail``."""
+    ``k0``, ``head``: the block's tiles' first keys and head flags (:func:`_tile_cuts`). Returns
+    ``[HT, BLOCK_D]`` sums, valid at each segment's last tile in the block."""
     hs = tl.arange(0, HT)
     j = jb + hs
     ds = tl.arange(0, BLOCK_D)
-    k0, k1, head, tail = _tile_cuts(sorted_keys_ptr, j, N, total_rows, TILE)
     jp = tl.maximum(j - 1, 0)
     k0p, k1p, headp, tailp = _tile_cuts(sorted_keys_ptr, jp, N, total_rows, TILE)
     inflow = tl.where(hs > 0, _own_tail_piece(k0p, k1p, headp, tailp).to(tl.int32), 0) > 0
@@ -323,7 +322,7 @@ def _hot_block(
     x += tl.load(partial_ptr + (2 * j - 1)[:, None] * BLOCK_D + ds[None, :],
                  mask=tl.broadcast_to(inflow[:, None], [HT, BLOCK_D]), other=0.0)  # fmt: skip
     starts = (hs == 0) | (k0 != k0p)
-    return _run_sums(x, k0, starts, REDUCE), k0, k1, head, tail
+    return _run_sums(x, k0, starts, REDUCE)
 
 
 @triton.jit
@@ -341,16 +340,18 @@ def _bwd_hot_carry_kernel(
     if taill:
         hs = tl.arange(0, HT)
         ds = tl.arange(0, BLOCK_D)
-        sums, k0, k1, head, tail = _hot_block(sorted_keys_ptr, partial_ptr, jb, N, total_rows,
-                                              TILE, HT, BLOCK_D, REDUCE)  # fmt: skip
+        k0, k1, head, tail = _tile_cuts(sorted_keys_ptr, jb + hs, N, total_rows, TILE)
+        sums = _hot_block(sorted_keys_ptr, partial_ptr, jb, k0, head, N, total_rows,
+                          TILE, HT, BLOCK_D, REDUCE)  # fmt: skip
         last = tl.sum(tl.where((hs == HT - 1)[:, None], sums, 0.0), axis=0)
         if _own_tail_piece(k0l, k1l, headl, taill):  # the segment starts in the last tile
             acc = tl.load(partial_ptr + (2 * (jb + HT - 1) + 1) * BLOCK_D + ds)
         else:  # the last tile is one key running through: its run sum so far
             acc = last
         tl.store(carry_ptr + b * BLOCK_D + ds, acc)
-        k0f, k1f, headf, tailf = _tile_cuts(sorted_keys_ptr, jb, N, total_rows, TILE)
-        through = tl.where(headf, (k0f == k1l).to(tl.int32), 0)
+        k0f = tl.sum(tl.where(hs == 0, k0, 0), axis=0)  # the block's first tile
+        headf = tl.sum(tl.where(hs == 0, head.to(tl.int32), 0), axis=0)
+        through = tl.where(k0f == k1l, headf, 0)
         tl.store(start_ptr + b, 1 - through)
 
 
@@ -373,8 +374,8 @@ def _bwd_hot_kernel(
     k0, k1, head, tail = _tile_cuts(sorted_keys_ptr, jb + hs, N, total_rows, TILE)
     own = tl.where(head, tl.where(tail, (k1 != k0).to(tl.int32), 1), 0) > 0  # a segment ends here
     if tl.max(own.to(tl.int32), axis=0) > 0:  # blocks that own no cut segment exit here
-        g, k0, k1, head, tail = _hot_block(sorted_keys_ptr, partial_ptr, jb, N, total_rows,
-                                           TILE, HT, BLOCK_D, REDUCE)  # fmt: skip
+        g = _hot_block(sorted_keys_ptr, partial_ptr, jb, k0, head, N, total_rows,
+                       TILE, HT, BLOCK_D, REDUCE)  # fmt: skip
         kb = tl.sum(tl.where(hs == 0, k0, 0), axis=0)
         hb = tl.sum(tl.where(hs == 0, head.to(tl.int32), 0), axis=0)
         cont = tl.where(own, tl.where(k0 == kb, hb, 0), 0) > 0  # it ran in from the block before

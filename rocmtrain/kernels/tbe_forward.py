@@ -137,7 +137,8 @@ def _launch(cfg: LaunchConfig, layout, weights, indices, offsets, psw, out, pool
         weights, indices, offsets, psw if psw is not None else weights, out,
         meta.weights_offset, meta.rows, meta.dim, meta.d_offsets, feats,
         bad_count if bad_count is not None else feats, B, out.stride(0),
-        COUNT_BAD=bad_count is not None, HAS_PSW=psw is not None, MEAN=pooling == "mean", VEC=_vec(layout), DIM=_uniform_dim(layout),
+        COUNT_BAD=bad_count is not None, HAS_PSW=psw is not None, MEAN=pooling == "mean",
+        VEC=_vec(layout), DIM=_uniform_dim(layout),
         BAGS=cfg.bags, BLOCK_L=cfg.block_l, BLOCK_D=cfg.block_d,
         **cfg.launch_kwargs(),
     )  # fmt: skip
