@@ -14,8 +14,9 @@ got the signal) and kills launcher children; with ``SLURMEnvironment(auto_requeu
 handler also writes an "hpc" checkpoint elsewhere and runs ``scontrol requeue`` itself, racing our
 exit-code requeue. So this callback installs its handlers in ``on_train_start`` (after Lightning's),
 and a signal that arrived before that (held by :func:`arm_early` since the CLI started) counts as
-received then,
-and ``train(cfg)`` should build the Trainer with ``plugins=[SLURMEnvironment(auto_requeue=False)]``
+received then. Ctrl-C is held the same way: a terminal's SIGINT reaches every rank, and a rank that
+met it still starting while its peers were already training would otherwise die alone and leave
+them in a collective with a missing peer; held, every rank stops at the same step. And ``train(cfg)`` should build the Trainer with ``plugins=[SLURMEnvironment(auto_requeue=False)]``
 under Slurm so Lightning never arms its requeue path. The previous handlers come back at teardown.
 """
 
@@ -43,9 +44,10 @@ log = logging.getLogger(__name__)
 
 
 # -- signals that arrive before training starts -----------------------------------------------------
-#: what :func:`arm_early` caught: the first signal number (or None) and the signals it holds
-_EARLY: dict[str, Any] = {"signal": None, "armed": ()}
-EARLY_SIGNALS = ("SIGTERM", "SIGUSR1")
+#: what :func:`arm_early` caught: the first signal number (or None), the signals it holds and the
+#: handlers they had before (given back by :func:`disarm_early` and the callback's teardown)
+_EARLY: dict[str, Any] = {"signal": None, "armed": (), "previous": {}}
+EARLY_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
 
 
 #: a signal held during start-up still ends the run this soon if training has not taken it over
@@ -64,13 +66,23 @@ def _on_early_signal(signum: int) -> None:
         if _EARLY["signal"] is not None:
             return
         _EARLY["signal"] = signum
+    if signum == signal.SIGINT:
+        then = "stop with a checkpoint after the first step"
+        now = "; Ctrl-C again stops now"
+    else:
+        then, now = "checkpoint and requeue exit after the first step", ""
     os.write(
         2,
-        f"rocmtrain: got {signal.Signals(signum).name} before training started; checkpoint "
-        f"and requeue exit after the first step (or exit within {EARLY_GRACE_SECONDS:.0f} s "
-        "if training does not start)\n".encode(),
+        f"rocmtrain: got {signal.Signals(signum).name} before training started; {then} (or exit "
+        f"within {EARLY_GRACE_SECONDS:.0f} s if training does not start){now}\n".encode(),
     )
     threading.Thread(target=_grace_exit, args=(signum,), daemon=True).start()
+
+
+def _second_interrupt() -> None:
+    """A second Ctrl-C while the first is held: the user wants out now, checkpoint or not."""
+    os.write(2, b"rocmtrain: second SIGINT before training started: exiting now\n")
+    os._exit(exit_codes.SIGNAL_BASE + signal.SIGINT)
 
 
 def _grace_exit(signum: int) -> None:
@@ -99,6 +111,7 @@ class _SignalWaiter(threading.Thread):
         super().__init__(name="rocmtrain-early-signals", daemon=True)
         self.signals = signals
         self.stopped = threading.Event()
+        self.interrupts = 0
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)
         self.previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
@@ -111,8 +124,14 @@ class _SignalWaiter(threading.Thread):
             if not ready:
                 continue
             for signum in os.read(self._read, 64):
-                if signum in self.signals:
-                    _on_early_signal(signum)
+                if signum not in self.signals:
+                    continue
+                # this thread sees every delivery once (the handler may see a burst as one), so
+                # it is the one that counts Ctrl-Cs
+                self.interrupts += signum == signal.SIGINT
+                if self.interrupts > 1 and _EARLY["signal"] == signal.SIGINT:
+                    _second_interrupt()
+                _on_early_signal(signum)
 
     def stop(self) -> None:
         signal.set_wakeup_fd(self.previous_fd)
@@ -136,9 +155,13 @@ def arm_early(names: tuple[str, ...] = EARLY_SIGNALS) -> None:
     armed = []
     for name in names:
         sig = getattr(signal, name)
-        if signal.getsignal(sig) in (signal.SIG_DFL, None, _early_handler):
-            signal.signal(sig, _early_handler)
-            armed.append(sig)
+        current = signal.getsignal(sig)
+        if current in (signal.SIG_DFL, None, signal.default_int_handler):
+            _EARLY["previous"][sig] = signal.SIG_DFL if current is None else current
+        elif current is not _early_handler:
+            continue  # someone else's handler: theirs to keep
+        signal.signal(sig, _early_handler)
+        armed.append(sig)
     _EARLY["armed"] = tuple(armed)
     if armed and _EARLY.get("waiter") is None:
         _EARLY["waiter"] = _SignalWaiter(tuple(armed))
@@ -156,23 +179,32 @@ def release_early() -> None:
 
 
 def disarm_early(keep: list[str] | tuple[str, ...]) -> None:
-    """Default action back for the armed signals not in ``keep`` (the run's
-    ``watchdog.preemption_signals``, empty when the watchdog is off); one of them already caught is
-    re-delivered, so it acts as if it had never been held."""
+    """Previous handlers back for the armed signals not in ``keep`` (the run's
+    ``watchdog.preemption_signals`` and SIGINT, empty when the watchdog is off); one of them already
+    caught is re-delivered, so it acts as if it had never been held (SIGINT: a
+    ``KeyboardInterrupt``)."""
     if threading.current_thread() is not threading.main_thread():
         return
     kept = {getattr(signal, name) for name in keep}
     if not kept:
         release_early()
+    caught = None
     for sig in _EARLY["armed"]:
         if sig in kept or signal.getsignal(sig) is not _early_handler:
             continue
-        signal.signal(sig, signal.SIG_DFL)
+        signal.signal(sig, early_previous(sig))
         if _EARLY["signal"] == sig:
-            _EARLY["signal"] = None
-            release_early()
-            os.kill(os.getpid(), sig)
+            _EARLY["signal"], caught = None, sig
     _EARLY["armed"] = tuple(s for s in _EARLY["armed"] if s in kept)
+    if caught is not None:  # last: SIGINT raises KeyboardInterrupt right here
+        release_early()
+        os.kill(os.getpid(), caught)
+
+
+def early_previous(sig: int) -> Any:
+    """The handler ``sig`` had before :func:`arm_early` replaced it (the default action if none):
+    Python's ``default_int_handler`` for SIGINT, so Ctrl-C is a ``KeyboardInterrupt`` again."""
+    return _EARLY["previous"].get(sig, signal.SIG_DFL)
 
 
 def take_early_signal(signals: list[int]) -> int | None:
@@ -240,11 +272,13 @@ class PreemptionCallback(pl.Callback):
             return
         for sig in self._signals:
             previous = signal.getsignal(sig)
-            self._previous[sig] = signal.SIG_DFL if previous is _early_handler else previous
+            self._previous[sig] = early_previous(sig) if previous is _early_handler else previous
             signal.signal(sig, self._handler)
         release_early()  # from here the handlers above receive the signals
         if self.received is None:  # a signal held since start-up: checkpoint after the first step
             self.received = take_early_signal(self._signals)
+            if self.received == signal.SIGINT:  # that was the first Ctrl-C: the next one is now
+                signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def on_train_batch_end(
         self,

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -22,6 +23,12 @@ from rocmtrain import exit_codes
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _ctrl_c_default() -> None:
+    """Ctrl-C at its default action in the child, as in a terminal's foreground job (a shell
+    starts background jobs, e.g. ``pytest ... &``, with SIGINT ignored, and children inherit it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _cmd(run_dir: Path, *extra: str) -> list[str]:
@@ -39,18 +46,30 @@ def _run(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+def _steps(run_dir: Path) -> list[int]:
+    """Each rank's last published training step (its watchdog heartbeat), -1 before the first."""
+    steps = []
+    for rank in (0, 1):
+        beats = list(run_dir.glob(f"watchdog/*/kv/hb/{rank}"))
+        try:
+            steps.append(json.loads(beats[0].read_text())["step"] if beats else -1)
+        except (OSError, ValueError):  # caught mid-write: read it again next time
+            steps.append(-1)
+    return steps
+
+
 def test_ctrl_c_checkpoints_says_the_step_and_exits_130(tmp_path):
     run_dir = tmp_path / "run"
     log = open(tmp_path / "out.log", "w")
-    proc = subprocess.Popen(
-        _cmd(run_dir, "trainer.max_epochs=3"), cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(  # 50 epochs x 40 steps: far longer than the wait below
+        _cmd(run_dir, "trainer.max_epochs=50"), cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
+        preexec_fn=_ctrl_c_default,
     )  # fmt: skip
     deadline = time.monotonic() + 300
-    while not list(run_dir.glob("watchdog/*/kv/hb/1")):  # rank 1 is up and beating
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.1)
-    time.sleep(3)  # a few steps in
+    while min(_steps(run_dir)) < 3:  # both ranks are training, a few steps in
+        assert proc.poll() is None and time.monotonic() < deadline, _steps(run_dir)
+        time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: every rank gets it
     code = proc.wait(timeout=180)
     out = (tmp_path / "out.log").read_text()

@@ -4,7 +4,8 @@ Real processes: ``python -m rocmtrain recipe=dlrm_cpu`` (2 gloo ranks). SIGUSR1 
 it is still starting (the run dir exists, no heartbeat yet). Without the start-up handler the
 default action kills the rank (exit -10); with it the run trains one step, the ranks agree,
 checkpoint and exit 75 (REQUEUE). With the watchdog's preemption handling off, the held signal is
-re-delivered with its default action: the signal is never swallowed.
+re-delivered with its default action: the signal is never swallowed. Ctrl-C during start-up is held
+the same way (every rank stops at the same step, exit 130); a second Ctrl-C exits at once.
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ from rocmtrain import exit_codes
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _ctrl_c_default() -> None:
+    """Ctrl-C at its default action in the child, as in a terminal's foreground job (a shell
+    starts background jobs, e.g. ``pytest ... &``, with SIGINT ignored, and children inherit it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(run_dir: Path, ckpt_dir: Path, *extra: str) -> subprocess.Popen:
     cmd = [
         sys.executable, "-m", "rocmtrain", "recipe=dlrm_cpu", f"run_dir={run_dir}",
@@ -33,16 +40,31 @@ def _start(run_dir: Path, ckpt_dir: Path, *extra: str) -> subprocess.Popen:
     ]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     log = open(run_dir.parent / f"{run_dir.name}.log", "w")
-    return subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+    return subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+        preexec_fn=_ctrl_c_default,
+    )
 
 
-def _signal_during_startup(proc: subprocess.Popen, run_dir: Path) -> None:
+def _signal_during_startup(
+    proc: subprocess.Popen, run_dir: Path, send=lambda p: p.send_signal(signal.SIGUSR1)
+) -> None:
     deadline = time.monotonic() + 120
     while not (run_dir / "cli.log").exists():  # Hydra is up: the CLI armed the handlers first
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.02)
     assert not list(run_dir.glob("watchdog/*/kv/hb/0")), "training already started"
-    proc.send_signal(signal.SIGUSR1)
+    send(proc)
+
+
+def _ctrl_c(proc: subprocess.Popen) -> None:
+    """What a terminal does: SIGINT to the whole process group (every rank started so far)."""
+    os.killpg(proc.pid, signal.SIGINT)
 
 
 @pytest.mark.timeout(600)
@@ -71,11 +93,60 @@ def test_held_signal_is_redelivered_when_preemption_is_off(tmp_path: Path) -> No
     assert ckpt.find_resume(ckpt_dir) is None
 
 
+@pytest.mark.timeout(600)
+def test_ctrl_c_during_startup_stops_every_rank_at_one_step(tmp_path: Path) -> None:
+    run_dir, ckpt_dir = tmp_path / "run", tmp_path / "ckpt"
+    run_dir.mkdir()
+    proc = _start(run_dir, ckpt_dir)
+    _signal_during_startup(proc, run_dir, _ctrl_c)
+    code = proc.wait(timeout=400)
+    log = (tmp_path / "run.log").read_text()
+    assert code == exit_codes.INTERRUPTED, log[-4000:]
+    assert "got SIGINT before training started" in log, log[-4000:]
+    assert "rocmtrain: interrupted at step" in log, log[-4000:]
+    saved = ckpt.find_resume(ckpt_dir)
+    assert saved is not None and ckpt.is_complete(saved), log[-4000:]
+    assert int(saved.name.split("-")[1]) < 20
+
+
+@pytest.mark.timeout(300)
+def test_second_ctrl_c_during_startup_exits_at_once(tmp_path: Path) -> None:
+    run_dir, ckpt_dir = tmp_path / "run", tmp_path / "ckpt"
+    run_dir.mkdir()
+    proc = _start(run_dir, ckpt_dir)
+    _signal_during_startup(proc, run_dir, _ctrl_c)
+    time.sleep(0.5)
+    _ctrl_c(proc)
+    code = proc.wait(timeout=60)
+    log = (tmp_path / "run.log").read_text()
+    assert code == exit_codes.INTERRUPTED, log[-4000:]
+    assert "rocmtrain: interrupted at step" not in log, log[-4000:]
+    assert ckpt.find_resume(ckpt_dir) is None
+
+
+def test_held_ctrl_c_is_a_keyboard_interrupt_once_given_back() -> None:
+    """In-process: a held SIGINT does not interrupt; handing it back (no callback will take it)
+    raises the ``KeyboardInterrupt`` it would have been, and Ctrl-C is Python's again."""
+    from rocmtrain.faults.preemption import arm_early, disarm_early
+
+    before = signal.getsignal(signal.SIGINT)
+    arm_early(("SIGINT",))
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.3)  # the handler runs between bytecodes: no KeyboardInterrupt here
+        with pytest.raises(KeyboardInterrupt):
+            disarm_early(())
+            time.sleep(0.3)
+    finally:
+        disarm_early(())
+    assert signal.getsignal(signal.SIGINT) is before is signal.default_int_handler
+
+
 def test_cli_gives_signals_back_when_it_returns(tmp_path: Path) -> None:
-    """In-process use (a dry run here): after ``hydra_main`` returns, SIGTERM/SIGUSR1 have their
-    previous (default) action again — the start-up hold never outlives the CLI call."""
+    """In-process use (a dry run here): after ``hydra_main`` returns, SIGTERM/SIGUSR1/SIGINT have
+    their previous actions again — the start-up hold never outlives the CLI call."""
     from rocmtrain.cli import hydra_main
 
-    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
     assert hydra_main(["dry_run=true", f"run_dir={tmp_path / 'dry'}"]) == 0
     assert {s: signal.getsignal(s) for s in before} == before
