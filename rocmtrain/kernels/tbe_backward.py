@@ -235,59 +235,55 @@ def _bwd_tile_kernel(
     t0 = t * TILE
     q = t0 + tl.arange(0, TILE)
     qm = q < N
-    key = tl.load(sorted_keys_ptr + q, mask=qm, other=total_rows)
-    kprev = tl.load(sorted_keys_ptr + q - 1, mask=qm & (q > 0), other=-1)
-    knext = tl.load(sorted_keys_ptr + q + 1, mask=qm & (q + 1 < N), other=-1)
-    kv = qm & (key < total_rows)  # the sentinel key marks out-of-range indices: no update
-    t1 = tl.minimum(t0 + TILE, N) - 1  # last position of this tile
+    ds = tl.arange(0, BLOCK_D)
     k0, k1, head, tail = _tile_cuts(sorted_keys_ptr, t, N, total_rows, TILE)
-    starts = (q == t0) | (kprev != key)
-    piece_end = qm & ((knext != key) | (q == t1))
-    # (tl.where + compare keeps every mask a plain boolean, in the interpreter too)
-    in_head = tl.where(key == k0, head.to(tl.int32), 0) > 0
-    in_tail = tl.where(key == k1, tail.to(tl.int32), 0) > 0
-    cut = tl.where(kv & piece_end, in_head.to(tl.int32) + in_tail.to(tl.int32), 0) > 0
-    whole = tl.where(kv & piece_end, 1 - cut.to(tl.int32), 0) > 0
-
-    if BAG_SORTED:  # bags_ptr is in sorted order: one load less on the way to the gradient row
-        bag = tl.load(bags_ptr + q, mask=kv, other=0)
-    else:
-        bag = tl.load(bags_ptr + tl.load(perm_ptr + q, mask=qm, other=0), mask=kv, other=0)
-    if HAS_PSW or NEED_DPSW:
-        orig = tl.load(perm_ptr + q, mask=qm, other=0)
-    mom = _load_mom(mom_ptr, key, whole, OPT)  # issued now: overlaps the gradient gather
-    f = bag >> BAG_SHIFT
-    b = (bag & ((1 << BAG_SHIFT) - 1)).to(tl.int64)
-    if NEED_DPSW:  # d psw needs the row every position read; the update only segment ends
-        need_w = kv
-    else:
-        need_w = whole
-    D, wrow, ds, dm, w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, key, f,
-                                    need_w, TILE, VEC, DIM, BLOCK_D)  # fmt: skip
-    if DIM > 0:  # feature f's output columns start at f * DIM
-        dq = tl.full([TILE], DIM, tl.int32)
-        doff = f * DIM
-    else:
-        dq = tl.load(f_dim_ptr + f, mask=kv, other=0)
-        doff = tl.multiple_of(tl.load(f_doff_ptr + f, mask=kv, other=0), VEC)
-    gm = kv[:, None] & ((ds[None, :] // VEC) < (dq[:, None] // VEC))
-    g = tl.load(go_ptr + b[:, None] * go_stride + doff[:, None] + ds[None, :], mask=gm,
-                other=0.0).to(tl.float32)  # fmt: skip
-    if MEAN:
-        gbag = f.to(tl.int64) * B + b
-        n = tl.load(offsets_ptr + gbag + 1, mask=kv, other=1) - tl.load(
-            offsets_ptr + gbag, mask=kv, other=0
-        )
-        g = g * (1.0 / tl.maximum(n, 1).to(tl.float32))[:, None]  # one division per row
-    if NEED_DPSW:  # every position (0 where the index is out of range): no memset before
-        tl.store(dpsw_ptr + orig, tl.sum(g * w, axis=1), mask=qm)
-    if HAS_PSW:
-        g = g * tl.load(psw_ptr + orig, mask=kv, other=0.0).to(tl.float32)[:, None]
-    if (k0 == k1) & (head | tail):  # one key's interior piece: no row ends here, one partial
-        # (skewed ids: most tiles, e.g. 70 % at Zipf 1.05 on the DLRM set, 15 % uniform)
+    if (k0 == k1) & (head | tail):
+        # one key's interior piece (skewed ids: most tiles, e.g. 70 % at Zipf 1.05 on the DLRM
+        # set; 15 % uniform): no row ends here, so no per-position keys, cut flags, rows or
+        # state, just the gradient rows' sum into one partial (head: slot 2t, else 2t + 1)
+        bag = _sorted_bags(bags_ptr, perm_ptr, q, qm, qm, BAG_SORTED)
+        g = _grad_rows(go_ptr, go_stride, offsets_ptr, bag, qm, ds, B, BAG_SHIFT, f_dim_ptr,
+                       f_doff_ptr, MEAN, VEC, DIM)  # fmt: skip
+        if HAS_PSW or NEED_DPSW:
+            orig = tl.load(perm_ptr + q, mask=qm, other=0)
+        if NEED_DPSW:  # every position's row is row k0 (read once per position: L1 hits)
+            w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, k0 + 0 * q,
+                           bag >> BAG_SHIFT, qm, TILE, VEC, DIM, BLOCK_D)[4]  # fmt: skip
+            tl.store(dpsw_ptr + orig, tl.sum(g * w, axis=1), mask=qm)
+        if HAS_PSW:
+            g = g * tl.load(psw_ptr + orig, mask=qm, other=0.0).to(tl.float32)[:, None]
         piece = 2 * t.to(tl.int64) + 1 - head.to(tl.int64)
         tl.store(partial_ptr + piece * BLOCK_D + ds, tl.sum(g, axis=0))
     else:
+        key = tl.load(sorted_keys_ptr + q, mask=qm, other=total_rows)
+        kprev = tl.load(sorted_keys_ptr + q - 1, mask=qm & (q > 0), other=-1)
+        knext = tl.load(sorted_keys_ptr + q + 1, mask=qm & (q + 1 < N), other=-1)
+        kv = qm & (key < total_rows)  # the sentinel key marks out-of-range indices: no update
+        t1 = tl.minimum(t0 + TILE, N) - 1  # last position of this tile
+        starts = (q == t0) | (kprev != key)
+        piece_end = qm & ((knext != key) | (q == t1))
+        # (tl.where + compare keeps every mask a plain boolean, in the interpreter too)
+        in_head = tl.where(key == k0, head.to(tl.int32), 0) > 0
+        in_tail = tl.where(key == k1, tail.to(tl.int32), 0) > 0
+        cut = tl.where(kv & piece_end, in_head.to(tl.int32) + in_tail.to(tl.int32), 0) > 0
+        whole = tl.where(kv & piece_end, 1 - cut.to(tl.int32), 0) > 0
+        bag = _sorted_bags(bags_ptr, perm_ptr, q, qm, kv, BAG_SORTED)
+        if HAS_PSW or NEED_DPSW:
+            orig = tl.load(perm_ptr + q, mask=qm, other=0)
+        mom = _load_mom(mom_ptr, key, whole, OPT)
+        if NEED_DPSW:  # d psw needs the row every position read; the update only segment ends
+            need_w = kv
+        else:
+            need_w = whole
+        f = bag >> BAG_SHIFT
+        D, wrow, ds, dm, w = _load_rows(weights_ptr, f_woff_ptr, f_roff_ptr, f_dim_ptr, key, f,
+                                        need_w, TILE, VEC, DIM, BLOCK_D)  # fmt: skip
+        g = _grad_rows(go_ptr, go_stride, offsets_ptr, bag, kv, ds, B, BAG_SHIFT, f_dim_ptr,
+                       f_doff_ptr, MEAN, VEC, DIM)  # fmt: skip
+        if NEED_DPSW:  # every position (0 where the index is out of range): no memset before
+            tl.store(dpsw_ptr + orig, tl.sum(g * w, axis=1), mask=qm)
+        if HAS_PSW:
+            g = g * tl.load(psw_ptr + orig, mask=kv, other=0.0).to(tl.float32)[:, None]
         acc = _run_sums(g, key, starts, REDUCE)
         lr, eps, beta1, beta2, wd, c1, c2, seed = _load_scalars(scal_ptr)
         _update_rows(weights_ptr, mom_ptr, m1_ptr, m2_ptr, key, wrow, ds, whole, D, w, acc, mom,
@@ -295,6 +291,44 @@ def _bwd_tile_kernel(
         slot = 2 * t.to(tl.int64) + (in_head == 0).to(tl.int64)
         tl.store(partial_ptr + slot[:, None] * BLOCK_D + ds[None, :], acc,
                  mask=tl.broadcast_to(cut[:, None], [TILE, BLOCK_D]))  # fmt: skip
+
+
+@triton.jit
+def _sorted_bags(bags_ptr, perm_ptr, q, qm, rmask, BAG_SORTED: tl.constexpr):
+    """Packed bags of sorted positions ``q``: read in order when the bags were gathered into
+    sorted order, else through ``perm``."""
+    if BAG_SORTED:
+        bag = tl.load(bags_ptr + q, mask=rmask, other=0)
+    else:
+        bag = tl.load(bags_ptr + tl.load(perm_ptr + q, mask=qm, other=0), mask=rmask, other=0)
+    return bag
+
+
+@triton.jit
+def _grad_rows(
+    go_ptr, go_stride, offsets_ptr, bag, rmask, ds, B, BAG_SHIFT, f_dim_ptr, f_doff_ptr,
+    MEAN: tl.constexpr, VEC: tl.constexpr, DIM: tl.constexpr,
+):  # fmt: skip
+    """fp32 output-gradient rows ``[len(bag), BLOCK_D]`` of packed bags ``bag`` (``rmask``
+    selects; 1/len applied for MEAN)."""
+    f = bag >> BAG_SHIFT
+    b = (bag & ((1 << BAG_SHIFT) - 1)).to(tl.int64)
+    if DIM > 0:  # feature f's output columns start at f * DIM
+        dq = tl.full(bag.shape, DIM, tl.int32)
+        doff = f * DIM
+    else:
+        dq = tl.load(f_dim_ptr + f, mask=rmask, other=0)
+        doff = tl.multiple_of(tl.load(f_doff_ptr + f, mask=rmask, other=0), VEC)
+    gm = rmask[:, None] & ((ds[None, :] // VEC) < (dq[:, None] // VEC))
+    g = tl.load(go_ptr + b[:, None] * go_stride + doff[:, None] + ds[None, :], mask=gm,
+                other=0.0).to(tl.float32)  # fmt: skip
+    if MEAN:
+        gbag = f.to(tl.int64) * B + b
+        n = tl.load(offsets_ptr + gbag + 1, mask=rmask, other=1) - tl.load(
+            offsets_ptr + gbag, mask=rmask, other=0
+        )
+        g = g * (1.0 / tl.maximum(n, 1).to(tl.float32))[:, None]  # one division per row
+    return g
 
 
 @triton.jit

@@ -12,6 +12,9 @@ Commands::
 
     # H200 (~1 min for 3 variants): uniform and Zipf ids
     python3 scripts/bench/bwd_variants.py --variants scan8x2,scan8x2_ht32,scan16x4 --out $OUT/bwd
+    # a kernel change against the code before it, same run
+    git show HEAD~1:rocmtrain/kernels/tbe_backward.py > /tmp/prev.py
+    python3 scripts/bench/bwd_variants.py --variants prev,table --prev-file /tmp/prev.py
     # CPU self-test (Triton interpreter, tiny sizes; the scan variants take ~30 s each there)
     TRITON_INTERPRET=1 .venv/bin/python scripts/bench/bwd_variants.py --cpu-smoke --out /tmp/bwd
 """
@@ -34,29 +37,37 @@ import bench_tbe as bt  # noqa: E402
 import rocmtrain.kernels.tbe_backward as tb  # noqa: E402
 from rocmtrain.kernels import OptimizerSpec, TableBatchedEmbeddingBags  # noqa: E402
 
-# name -> (reduce, tile, num_warps, bag_sorted, hot_tiles); None = the arch table's own choice
+# name -> (reduce, tile, num_warps, bag_sorted, hot_tiles, hot-row kernels' num_warps);
+# None = the arch table's own choice
 VARIANTS: dict[str, tuple | None] = {
     "table": None,
-    "scan8x2": ("scan", 8, 2, True, 16),  # the sm_90 table's choice
-    "scan8x2_ht32": ("scan", 8, 2, True, 32),
-    "scan8x2_perm": ("scan", 8, 2, False, 16),
-    "scan16x4": ("scan", 16, 4, True, 16),
-    "dot16x4": ("dot", 16, 4, True, 16),
+    "scan8x2": ("scan", 8, 2, True, 16, 4),  # the sm_90 table's choice
+    "scan8x2_hot2": ("scan", 8, 2, True, 16, 2),
+    "scan8x2_ht32": ("scan", 8, 2, True, 32, 4),
+    "scan8x2_perm": ("scan", 8, 2, False, 16, 4),
+    "scan16x4": ("scan", 16, 4, True, 16, 4),
+    "dot16x4": ("dot", 16, 4, True, 16, 4),
 }
+#: "prev": the arch table's config run by another version of ``tbe_backward.py``
+#: (``--prev-file``), to time a kernel change against the code before it in the same run
+PREV = "prev"
+_IMPLS = {"current": tb}
+_ACTIVE = ["current"]
 
 
 def use_variant(name: str) -> None:
     """Make ``backward_update`` launch with this variant's tile, warps, reduction, bag order and
     tiles per hot-row block."""
-    if VARIANTS[name] is None:
+    _ACTIVE[0] = "prev" if name == PREV else "current"
+    if name == PREV or VARIANTS[name] is None:
         tb.backward_config = _ORIG_CONFIG
         return
-    reduce, tile, warps, sorted_bags, hot_tiles = VARIANTS[name]
+    reduce, tile, warps, sorted_bags, hot_tiles, hot_warps = VARIANTS[name]
 
     def config(info, *, max_dim):
         cfg, _ = _ORIG_CONFIG(info, max_dim=max_dim)
         cfg = dataclasses.replace(cfg, reduce=reduce, num_warps=warps, bag_sorted=sorted_bags,
-                                  hot_tiles=hot_tiles)  # fmt: skip
+                                  hot_tiles=hot_tiles, hot_num_warps=hot_warps)  # fmt: skip
         return cfg, tile
 
     tb.backward_config = config
@@ -77,8 +88,19 @@ def make_module(case: bt.Case, dev) -> TableBatchedEmbeddingBags:
     )  # fmt: skip
 
 
+def load_prev(path: str) -> None:
+    """Import another version of ``tbe_backward.py`` (e.g. ``git show REV:rocmtrain/kernels/
+    tbe_backward.py > /tmp/prev.py``) as a sibling module, so its relative imports resolve."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rocmtrain.kernels._bwd_prev", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    _IMPLS["prev"] = mod
+
+
 def call(m: TableBatchedEmbeddingBags, grad, idx, off) -> None:
-    tb.backward_update(
+    _IMPLS[_ACTIVE[0]].backward_update(
         m.layout, m.weights.data, m.states(), grad, idx, off, None, pooling="sum",
         spec=m.optimizer, step=1, stochastic_rounding=False, need_psw_grad=False,
         deterministic=False, seed=0,
@@ -151,6 +173,13 @@ def time_case(case: bt.Case, names: list[str], args, dev, timer: bt.Timer) -> di
 def run(args) -> dict:
     dev = torch.device(args.device)
     names = args.variants.split(",") if args.variants else list(VARIANTS)
+    if PREV in names:
+        if not args.prev_file:
+            raise SystemExit("--variants names 'prev': give --prev-file PATH (a tbe_backward.py)")
+        load_prev(args.prev_file)
+    unknown = [n for n in names if n != PREV and n not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"--variants: unknown {unknown}; known: {[*VARIANTS, PREV]}")
     res: dict = {"variants": names, "cases": {}}
     small = dlrm_case(args.check_rows_cap, args.check_batch, "zipf")
     try:
@@ -176,6 +205,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--variants", default="", help="comma list (default: all); the first is the base"
     )
+    ap.add_argument("--prev-file", default="", help="tbe_backward.py timed as variant 'prev'")
     ap.add_argument("--dists", default="uniform,zipf")
     ap.add_argument("--rows-cap", type=int, default=10_000_000)
     ap.add_argument("--batch", type=int, default=65536)

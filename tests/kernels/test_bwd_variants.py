@@ -1,5 +1,6 @@
 """scripts/bench/bwd_variants.py on the CPU: the variants agree with each other, and the JSON holds
-every round, the ratio against the first variant and the per-case shape the BENCHMARKS tables use."""
+every round, the ratio against the first variant and the per-case shape the BENCHMARKS tables use;
+a second copy of the kernel file runs as variant "prev"."""
 
 from __future__ import annotations
 
@@ -17,9 +18,13 @@ def test_bwd_variants_cpu_smoke(tmp_path):
     import rocmtrain.kernels.tbe_backward as tb
 
     config = tb.backward_config
-    assert bwd_variants.main(["--cpu-smoke", "--dists", "zipf", "--out", str(tmp_path)]) == 0
+    # "prev" = another copy of the kernel file, loaded as its own module (here: this one)
+    argv = ["--cpu-smoke", "--dists", "zipf", "--variants", "table,dot16x4,prev",
+            "--prev-file", tb.__file__, "--out", str(tmp_path)]  # fmt: skip
+    assert bwd_variants.main(argv) == 0
+    assert bwd_variants._IMPLS["prev"] is not tb  # a separate module, its own kernels
     res = json.loads((tmp_path / "bwd_variants.json").read_text())
-    assert res["variants"] == ["table", "dot16x4"]
+    assert res["variants"] == ["table", "dot16x4", "prev"]
     assert all(c["ok"] for c in res["check"].values()), res["check"]
     case = res["cases"]["zipf"]
     assert case["ids"] == 4 * 214  # B x the MLPerf multi-hot sizes
