@@ -53,6 +53,11 @@ class ArchParams:
     bwd_bag_sorted: bool = False
     """Backward: gather each sorted position's bag once (``bags[perm]``, one extra pass) so the
     tile kernel reads it in sorted order, one dependent load less before the gradient rows."""
+    bwd_maxnreg: int = 0
+    """Backward tile kernel: registers per thread at most (NVIDIA's ``maxnreg``; 0 = the
+    compiler's choice; ignored on AMD, whose backend has no such option). The tile kernel is
+    latency-bound (a chain of dependent loads per tile): fewer registers = more programs resident
+    per SM to overlap those chains; too few spill to local memory."""
     hot_block: int = 32
     """Backward: per-block carries added per step when a hot row spans several hot blocks."""
     hot_tiles: int = 16
@@ -71,7 +76,10 @@ ARCH_TABLE: dict[str, ArchParams] = {
     # 8 positions x 64 lanes beat 16 x 128 by 1.13-1.22x over the whole backward. The tile
     # kernel is bound by per-row integer work and latency, not bytes: at 8 x 64 it issues ~200
     # warp instructions per position and keeps 10 programs per SM; bags read in sorted order
-    # cut one dependent load (1.17-1.26x).
+    # cut one dependent load (1.17-1.26x). The tile kernel takes 96 registers per thread at
+    # D=128 (10 programs per SM); capped at 72 (bwd_maxnreg: 14 per SM, no spills at D <= 128
+    # except Adam) the backward ran 1.08x (uniform) / 1.11x (Zipf) faster in one run of 5
+    # rounds; off until a second run confirms it (BENCHMARKS.md, eighth session).
     "sm_90": ArchParams(bwd_lanes=64, bwd_max_tile=8, bwd_bag_sorted=True),
     "sm_80": ArchParams(bwd_lanes=64, bwd_max_tile=8, bwd_bag_sorted=True),
     # CDNA: not measured (no AMD GPU here); 128-lane tiles of 16 = 2 wave64s per program
@@ -174,10 +182,20 @@ class LaunchConfig:
     reduce: str = "scan"
     bag_sorted: bool = False
     hot_num_warps: int = 0
+    maxnreg: int = 0
 
     def hot_launch_kwargs(self) -> dict[str, int]:
         """Launch options of the hot-row kernels (their own lane count)."""
         return {**self.launch_kwargs(), "num_warps": self.hot_num_warps or self.num_warps}
+
+    def tile_launch_kwargs(self, optimizer: str) -> dict[str, int]:
+        """Launch options of the backward tile kernel: the register cap where the arch sets one,
+        except for Adam (its two fp32 moment rows per position spill under the cap: 60 spill
+        instructions at 72 registers, D=128, sm_90 SASS)."""
+        kw = self.launch_kwargs()
+        if self.maxnreg and not self.is_amd and optimizer != "adam":
+            kw["maxnreg"] = self.maxnreg
+        return kw
 
     def launch_kwargs(self) -> dict[str, int]:
         kw = {"num_warps": self.num_warps, "num_stages": self.num_stages}
@@ -288,5 +306,7 @@ def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, in
         hot_num_warps=max(1, p.bwd_hot_lanes // ws),
         reduce=p.bwd_reduce,
         bag_sorted=p.bwd_bag_sorted,
+        # wider rows need their registers (D=256 spills under a 72/80 cap)
+        maxnreg=p.bwd_maxnreg if info.backend == "cuda" and block_d <= 128 else 0,
     )
     return cfg, tile

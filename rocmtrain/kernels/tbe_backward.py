@@ -72,11 +72,29 @@ def _update_rows(
     if SR:
         # add uniform noise below the target mantissa, truncate: E[stored] == new
         bits = new.to(tl.int32, bitcast=True)
-        rnd = tl.randint(seed, ptr.to(tl.int32)).to(tl.int32, bitcast=True)
+        rnd = _row_noise(seed, wrow, ds.shape[0]).to(tl.int32, bitcast=True)
         noise = rnd & ((1 << SR_DROP) - 1)
         rounded = ((bits + noise) & (-(1 << SR_DROP))).to(tl.float32, bitcast=True)
         new = tl.where(tl.abs(new) < float("inf"), rounded, new)
     tl.store(weights_ptr + ptr, new.to(weights_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _row_noise(seed, wrow, BLOCK_D: tl.constexpr):
+    """Uniform 32-bit noise for the elements ``[len(wrow), BLOCK_D]`` of rows starting at flat
+    offsets ``wrow``: one Philox evaluation per 4 columns, all four of its outputs used (one per
+    column, as FBGEMM does; ``tl.randint`` per element would keep one of four and spend most of
+    a 16-bit row update on the generator). Counter = the group's flat offset: a valid column's
+    counter is never another row's valid column's (a collision would need a column >= D)."""
+    if BLOCK_D >= 4:
+        j = tl.arange(0, BLOCK_D // 4)
+        r0, r1, r2, r3 = tl.randint4x(seed, (wrow[:, None] + 4 * j[None, :]).to(tl.int32))
+        # [C, BLOCK_D/4, 2, 2] -> [C, BLOCK_D]: column 4j + k gets output k
+        rnd = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), [wrow.shape[0], BLOCK_D])
+    else:
+        ds = tl.arange(0, BLOCK_D)
+        rnd = tl.randint(seed, (wrow[:, None] + ds[None, :]).to(tl.int32))
+    return rnd
 
 
 @triton.jit
@@ -561,7 +579,7 @@ def backward_update(
         meta.weights_offset, meta.row_offset, meta.dim, meta.d_offsets,
         HAS_PSW=psw is not None, MEAN=pooling == "mean", NEED_DPSW=dpsw is not None,
         BLOCK_D=cfg.block_d, REDUCE=cfg.reduce, BAG_SORTED=cfg.bag_sorted,
-        POS64=N + 2 * tile >= 2**31, **opt, **cfg.launch_kwargs(),
+        POS64=N + 2 * tile >= 2**31, **opt, **cfg.tile_launch_kwargs(spec.kind),
     )  # fmt: skip
 
     # 3. hot rows (segments across tile borders), two levels: hot blocks of ``hot_tiles`` tiles

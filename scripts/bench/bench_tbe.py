@@ -17,6 +17,8 @@ Timing that one noisy reading cannot decide:
   rotated over sets that together exceed the L2 cache (no cached indices; host launch cost is
   included, as in training); the host's enqueue time per call is recorded next to it (equal to
   the GPU time = host-bound); the L2 is flushed (a 2x-L2 buffer written) before each round;
+- Python's garbage collector is off while a reading's calls run (as in ``timeit``): at this
+  size every provider is host-bound, and a collection pass inside one reading is noise;
 - outputs come from the allocator's cache (warm-up first), clocks are raised by >= 0.5 s of
   copies at start and each provider is warmed >= 20 calls before its first round;
 - per provider: median and min-max over rounds; ratio per round = other / ours of that round,
@@ -43,6 +45,7 @@ Commands::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -334,7 +337,13 @@ class Timer:
             torch.cuda.synchronize(self.dev)
 
     def time(self, fn) -> float:
-        """ms per call of ``reps`` back-to-back calls (after an L2 flush)."""
+        """ms per call of ``reps`` back-to-back calls (after an L2 flush), Python's garbage
+        collector off while they run (as ``timeit`` does: a collection pass inside one provider's
+        host-bound reading is noise, not its cost)."""
+        with _gc_off():
+            return self._time(fn)
+
+    def _time(self, fn) -> float:
         self.flush()
         self.sync()
         if self.gpu:
@@ -353,6 +362,17 @@ class Timer:
             fn()
         self.last_host_ms = (time.perf_counter() - t) * 1e3 / self.reps
         return self.last_host_ms
+
+
+@contextlib.contextmanager
+def _gc_off():
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def warm_clocks(dev, seconds: float) -> None:

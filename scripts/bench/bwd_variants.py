@@ -37,16 +37,19 @@ import bench_tbe as bt  # noqa: E402
 import rocmtrain.kernels.tbe_backward as tb  # noqa: E402
 from rocmtrain.kernels import OptimizerSpec, TableBatchedEmbeddingBags  # noqa: E402
 
-# name -> (reduce, tile, num_warps, bag_sorted, hot_tiles, hot-row kernels' num_warps);
-# None = the arch table's own choice
+# name -> (reduce, tile, num_warps, bag_sorted, hot_tiles, hot-row kernels' num_warps, tile
+# kernel's register cap (0 = none)); None = the arch table's own choice
 VARIANTS: dict[str, tuple | None] = {
     "table": None,
-    "scan8x2": ("scan", 8, 2, True, 16, 4),  # the sm_90 table's choice
-    "scan8x2_hot2": ("scan", 8, 2, True, 16, 2),
-    "scan8x2_ht32": ("scan", 8, 2, True, 32, 4),
-    "scan8x2_perm": ("scan", 8, 2, False, 16, 4),
-    "scan16x4": ("scan", 16, 4, True, 16, 4),
-    "dot16x4": ("dot", 16, 4, True, 16, 4),
+    "scan8x2": ("scan", 8, 2, True, 16, 4, 0),
+    "scan8x2_hot2": ("scan", 8, 2, True, 16, 2, 0),
+    "scan8x2_ht32": ("scan", 8, 2, True, 32, 4, 0),
+    "scan8x2_perm": ("scan", 8, 2, False, 16, 4, 0),
+    "scan8x2_r64": ("scan", 8, 2, True, 16, 4, 64),
+    "scan8x2_r72": ("scan", 8, 2, True, 16, 4, 72),
+    "scan8x2_r80": ("scan", 8, 2, True, 16, 4, 80),
+    "scan16x4": ("scan", 16, 4, True, 16, 4, 0),
+    "dot16x4": ("dot", 16, 4, True, 16, 4, 0),
 }
 #: "prev": the arch table's config run by another version of ``tbe_backward.py``
 #: (``--prev-file``), to time a kernel change against the code before it in the same run
@@ -62,12 +65,13 @@ def use_variant(name: str) -> None:
     if name == PREV or VARIANTS[name] is None:
         tb.backward_config = _ORIG_CONFIG
         return
-    reduce, tile, warps, sorted_bags, hot_tiles, hot_warps = VARIANTS[name]
+    reduce, tile, warps, sorted_bags, hot_tiles, hot_warps, maxnreg = VARIANTS[name]
 
     def config(info, *, max_dim):
         cfg, _ = _ORIG_CONFIG(info, max_dim=max_dim)
         cfg = dataclasses.replace(cfg, reduce=reduce, num_warps=warps, bag_sorted=sorted_bags,
-                                  hot_tiles=hot_tiles, hot_num_warps=hot_warps)  # fmt: skip
+                                  hot_tiles=hot_tiles, hot_num_warps=hot_warps,
+                                  maxnreg=maxnreg)  # fmt: skip
         return cfg, tile
 
     tb.backward_config = config

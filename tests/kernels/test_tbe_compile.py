@@ -130,6 +130,70 @@ def test_kernels_compile_for_nvidia_and_amd_and_vectorise():
     assert "compiled _bwd_tile_kernel for gfx942" in proc.stdout
 
 
+def check_register_cap(cap: int) -> None:
+    """``ArchParams.bwd_maxnreg`` reaches ptxas: the sm_90 tile kernel (rowwise Adagrad, D=128,
+    96 registers uncapped) compiles to at most ``cap`` registers per thread."""
+    import dataclasses
+    import tempfile
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    from rocmtrain.kernels import arch
+
+    arch.ARCH_TABLE["sm_90"] = dataclasses.replace(arch.ARCH_TABLE["sm_90"], bwd_maxnreg=cap)
+    calls = _capture(DEVICES["sm_90"], tables=[(3000, 128)], wdtype=torch.float32,
+                     kind="rowwise_adagrad")  # fmt: skip
+    kernel, args, kwargs = next(c for c in calls if c[0].__name__ == "_bwd_tile_kernel")
+    assert kwargs.get("maxnreg") == cap, kwargs
+    c = _compile(kernel, args, kwargs, GPUTarget("cuda", 90, 32))
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(c.asm["cubin"])
+        f.flush()
+        usage = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True,
+                               text=True, check=True).stdout  # fmt: skip
+    regs = int(re.search(r"REG:(\d+)", usage).group(1))
+    assert regs <= cap, usage
+    print(f"register cap {cap}: tile kernel {regs} registers")
+
+
+def test_register_cap_reaches_ptxas():
+    pytest.importorskip("triton")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = Path(__file__).resolve().parents[2]
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, __file__, "cap=72"], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "register cap 72: tile kernel" in proc.stdout
+
+
+def test_register_cap_policy(monkeypatch):
+    """The cap applies on NVIDIA to rows up to 128 wide and never to Adam (it would spill)
+    nor on AMD (no such backend option)."""
+    import dataclasses
+
+    from rocmtrain.kernels import arch
+
+    shipped, _ = arch.backward_config(DEVICES["sm_90"], max_dim=128)
+    assert "maxnreg" not in shipped.tile_launch_kwargs("sgd")  # off until measured twice
+    for key in ("sm_90", "gfx942"):
+        monkeypatch.setitem(arch.ARCH_TABLE, key,
+                            dataclasses.replace(arch.ARCH_TABLE[key], bwd_maxnreg=72))  # fmt: skip
+    cfg, _ = arch.backward_config(DEVICES["sm_90"], max_dim=128)
+    assert cfg.tile_launch_kwargs("rowwise_adagrad")["maxnreg"] == 72
+    assert "maxnreg" not in cfg.tile_launch_kwargs("adam")
+    assert "maxnreg" not in cfg.launch_kwargs()  # the hot-row kernels keep theirs
+    wide, _ = arch.backward_config(DEVICES["sm_90"], max_dim=256)
+    assert "maxnreg" not in wide.tile_launch_kwargs("sgd")
+    amd, _ = arch.backward_config(DEVICES["gfx942"], max_dim=128)
+    assert "maxnreg" not in amd.tile_launch_kwargs("sgd")
+
+
 if __name__ == "__main__":
     for combo in sys.argv[1:]:
-        check(*combo.split(","))
+        if combo.startswith("cap="):
+            check_register_cap(int(combo[4:]))
+        else:
+            check(*combo.split(","))

@@ -310,6 +310,31 @@ def test_stochastic_rounding_statistics(backend, wdtype, kind):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("D", [8, 12])
+def test_stochastic_rounding_columns_are_independent(backend, D):
+    """Each element of a row draws its own rounding: P(two columns both round up) = p^2 for
+    columns of one 4-column noise group, of neighbouring groups and of neighbouring rows (noise
+    shared between them would make it p). D=12: rows not a power of two wide (padded tiles)."""
+    rows, wdtype = 4096, torch.float16
+    ulp = ULP_AT_1[wdtype]
+    g_val = -0.37 * ulp  # SGD lr=1: v = 1 + 0.37 ulp
+    m = TableBatchedEmbeddingBags([(rows, D)], optimizer=OptimizerSpec(kind="sgd", lr=1.0),
+                                  weights_dtype=wdtype, backend=backend, seed=11)  # fmt: skip
+    m.weights.data.fill_(1.0)
+    out = m(torch.arange(rows), torch.arange(rows + 1))
+    out.backward(torch.full_like(out, g_val))
+    up = (m.split_embedding_weights()[0].double() > 1.0).double()  # [rows, D]
+    p = up.mean().item()
+    assert abs(p - 0.37) < 5 * math.sqrt(0.37 * 0.63 / up.numel())
+    pairs = {"same group": (up[:, 0], up[:, 1]), "group edge": (up[:, 3], up[:, 4]),
+             "row edge": (up[:-1, D - 1], up[1:, 0]), "far": (up[:, 2], up[:, D - 1])}  # fmt: skip
+    for what, (a, b) in pairs.items():
+        both, n = (a * b).mean().item(), a.numel()
+        sigma = math.sqrt(p * p * (1 - p * p) / n)
+        assert abs(both - p * p) < 5 * sigma, (what, both, p * p)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_forward_feature_groups_one_hot_and_multi_hot(backend):
     """pooling_factors split the features into a one-hot and a multi-hot launch, each with its
     own tile; the output (every column block in place) matches the oracle."""
