@@ -13,7 +13,10 @@ FBGEMM exits 1 with CHECK FAILED.
 Timing that one noisy reading cannot decide:
 - each (case, mode) runs ``--rounds`` (>= 5) rounds; a round times every provider once, in
   rotating order (ours, FBGEMM, torch, then FBGEMM, torch, ours, ...), so drift hits all alike;
-- a provider's reading in a round = CUDA-event time of ``reps`` back-to-back calls / reps, inputs
+- a provider's reading in a round = CUDA-event time of ``reps`` back-to-back calls / reps, with
+  ``reps`` raised per (case, mode) until the fastest provider's reading lasts >= 25 ms
+  (``--min-reading-ms``): at 0.1 ms a call, 20 calls are a 2 ms reading that one scheduling
+  hiccup moves by tens of per cent (seen as 0.7-0.85x single rounds of 1.2-1.7x cases); inputs
   rotated over sets that together exceed the L2 cache (no cached indices; host launch cost is
   included, as in training); the host's enqueue time per call is recorded next to it (equal to
   the GPU time = host-bound); the L2 is flushed (a 2x-L2 buffer written) before each round;
@@ -48,6 +51,7 @@ import argparse
 import contextlib
 import gc
 import json
+import math
 import os
 import platform
 import statistics
@@ -336,31 +340,31 @@ class Timer:
         if self.gpu:
             torch.cuda.synchronize(self.dev)
 
-    def time(self, fn) -> float:
-        """ms per call of ``reps`` back-to-back calls (after an L2 flush), Python's garbage
-        collector off while they run (as ``timeit`` does: a collection pass inside one provider's
-        host-bound reading is noise, not its cost)."""
+    def time(self, fn, reps: int | None = None) -> float:
+        """ms per call of ``reps`` (default: the timer's) back-to-back calls (after an L2 flush),
+        Python's garbage collector off while they run (as ``timeit`` does: a collection pass
+        inside one provider's host-bound reading is noise, not its cost)."""
         with _gc_off():
-            return self._time(fn)
+            return self._time(fn, reps or self.reps)
 
-    def _time(self, fn) -> float:
+    def _time(self, fn, reps: int) -> float:
         self.flush()
         self.sync()
         if self.gpu:
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
             t = time.perf_counter()
-            for _ in range(self.reps):
+            for _ in range(reps):
                 fn()
             # host time to enqueue the calls: ~= the GPU time means the provider is host-bound
-            self.last_host_ms = (time.perf_counter() - t) * 1e3 / self.reps
+            self.last_host_ms = (time.perf_counter() - t) * 1e3 / reps
             e1.record()
             e1.synchronize()
-            return e0.elapsed_time(e1) / self.reps
+            return e0.elapsed_time(e1) / reps
         t = time.perf_counter()
-        for _ in range(self.reps):
+        for _ in range(reps):
             fn()
-        self.last_host_ms = (time.perf_counter() - t) * 1e3 / self.reps
+        self.last_host_ms = (time.perf_counter() - t) * 1e3 / reps
         return self.last_host_ms
 
 
@@ -434,6 +438,7 @@ class Result:
     kernels: list = field(default_factory=list)
     note: str = ""
     checks: dict = field(default_factory=dict)
+    reps: int = 0  # calls per reading (the same for every provider of this case and mode)
 
 
 def _callables(p, mode, inputs, grad):
@@ -454,6 +459,16 @@ def _callables(p, mode, inputs, grad):
     return fwd if mode == "fwd" else train
 
 
+def reading_reps(timer: Timer, fns: list, args) -> int:
+    """Calls per reading for one (case, mode): at least ``--reps``, and enough that the fastest
+    provider's reading lasts ``--min-reading-ms`` (sub-millisecond calls are host-bound, and a
+    2 ms reading moves by tens of per cent with one scheduling hiccup). Same for all providers."""
+    if not fns or args.min_reading_ms <= 0:
+        return args.reps
+    fastest = min(timer.time(fn, args.reps) for fn in fns)
+    return max(args.reps, min(args.max_reps, math.ceil(args.min_reading_ms / max(fastest, 1e-6))))
+
+
 def time_modes(case, dev, args, timer, provs, modes, inputs, grad, notes) -> list[Result]:
     """Interleaved rounds over the providers of ``provs`` for each mode."""
     out = []
@@ -469,11 +484,12 @@ def time_modes(case, dev, args, timer, provs, modes, inputs, grad, notes) -> lis
             except Exception as e:
                 failed[n] = f"failed: {type(e).__name__}: {str(e)[:100]}"
         live = [n for n in names if n not in failed]
+        reps = reading_reps(timer, [fns[n] for n in live], args)
         for r in range(args.rounds):
             order = live[r % len(live) :] + live[: r % len(live)] if live else []
             for n in order:
                 try:
-                    rounds[n].append(timer.time(fns[n]))
+                    rounds[n].append(timer.time(fns[n], reps))
                     host[n].append(timer.last_host_ms)
                 except Exception as e:
                     failed[n] = f"failed: {type(e).__name__}: {str(e)[:100]}"
@@ -483,6 +499,7 @@ def time_modes(case, dev, args, timer, provs, modes, inputs, grad, notes) -> lis
             if n not in failed and rounds[n]:
                 res.ms, res.rounds = summary(rounds[n]), rounds[n]
                 res.host_ms = summary(host[n])
+                res.reps = reps
                 res.kernels = profile_kernels(fns[n], dev)
             out.append(res)
     return out
@@ -612,7 +629,7 @@ def markdown(results: list[Result], meta: dict, copy: dict, have_fbgemm: bool) -
     lines = [
         f"Run {meta['date']} on {meta['device']} ({meta['arch']}); torch {meta['torch']}, "
         f"triton {meta['triton']}, fbgemm_gpu {meta['fbgemm_gpu'] or 'MISSING'}; "
-        f"{meta['rounds']} interleaved rounds x {meta['reps']} calls, indices {meta['index_dtype']}.",
+        f"{meta['rounds']} interleaved rounds x >= {meta['reps']} calls (more where a reading would last < {meta.get('min_reading_ms', 0):g} ms; per case in the JSON), indices {meta['index_dtype']}.",
         f"Command: `{meta['command']}`. Device copy bandwidth (read+write): "
         f"{fmt_range(copy, '.0f')} GB/s.",
         "Times: ms per call, median [min–max] over rounds. Ratios: other / ours per round, "
@@ -743,6 +760,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="bench_tbe_out", help="folder for results.json + results.md")
     ap.add_argument("--rounds", type=int, default=0, help="interleaved rounds (default 7, smoke 2)")
     ap.add_argument("--reps", type=int, default=0, help="calls per reading (default 20, smoke 1)")
+    ap.add_argument("--min-reading-ms", type=float, default=-1.0,
+                    help="more calls per reading until the fastest provider's lasts this long "
+                    "(default 25 on GPUs, 0 = off; smoke 0)")  # fmt: skip
+    ap.add_argument("--max-reps", type=int, default=500, help="calls per reading at most")
     ap.add_argument("--warmup", type=int, default=0, help="calls before timing (default 20)")
     ap.add_argument("--index-dtype", choices=("int64", "int32"), default="int64")
     ap.add_argument("--modes", default=",".join(MODES), help="comma list of " + ", ".join(MODES))
@@ -765,6 +786,8 @@ def main(argv: list[str] | None = None) -> int:
     args.rounds = args.rounds or (2 if smoke else 7)
     args.reps = args.reps or (1 if smoke else 20)
     args.warmup = args.warmup or (2 if smoke else 20)
+    if args.min_reading_ms < 0:
+        args.min_reading_ms = 0.0 if smoke else 25.0
     args.index_dtype = torch.int32 if args.index_dtype == "int32" else torch.int64
     args.modes = [m for m in args.modes.split(",") if m]
     if dev.type == "cpu" and not args.cpu_smoke and not args.rows:
@@ -814,6 +837,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     meta = env_info(dev)
     meta.update(copy_gbps=copy, wall_s=time.time() - t0, rounds=args.rounds, reps=args.reps,
+                min_reading_ms=args.min_reading_ms,
                 index_dtype=str(args.index_dtype)[6:])  # fmt: skip
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -81,3 +81,22 @@ def test_torch_reference_provider_takes_the_batch_from_its_inputs(monkeypatch):
     got = torch_eb.fwd(idx, off)
     assert got.shape == (16, 3 * 8)
     torch.testing.assert_close(got.double(), want.double(), rtol=1e-6, atol=1e-6)
+
+
+def test_reading_reps_make_a_reading_last_long_enough(monkeypatch):
+    """Calls per reading grow until the fastest provider's reading lasts --min-reading-ms (real
+    CPU timer, a 1 ms call), never below --reps nor above --max-reps; 0 turns it off."""
+    import argparse
+    import time
+
+    import torch
+
+    bench = _load(monkeypatch)
+    timer = bench.Timer(torch.device("cpu"), reps=2)
+    fns = [lambda: time.sleep(0.001), lambda: time.sleep(0.003)]
+    args = argparse.Namespace(reps=2, min_reading_ms=10.0, max_reps=500)
+    assert 3 <= bench.reading_reps(timer, fns, args) <= 10  # from the 1 ms one: >= 1 ms a call
+    args.max_reps = 4
+    assert bench.reading_reps(timer, fns, args) <= 4
+    args.min_reading_ms = 0.0
+    assert bench.reading_reps(timer, fns, args) == 2
