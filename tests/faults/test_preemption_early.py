@@ -51,6 +51,12 @@ def _start(run_dir: Path, ckpt_dir: Path, *extra: str) -> subprocess.Popen:
     )
 
 
+def _launch(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path, Path]:
+    run_dir, ckpt_dir = tmp_path / "run", tmp_path / "ckpt"
+    run_dir.mkdir()
+    return _start(run_dir, ckpt_dir, *extra), run_dir, ckpt_dir
+
+
 def _signal_during_startup(
     proc: subprocess.Popen, run_dir: Path, send=lambda p: p.send_signal(signal.SIGUSR1)
 ) -> None:
@@ -69,9 +75,7 @@ def _ctrl_c(proc: subprocess.Popen) -> None:
 
 @pytest.mark.timeout(600)
 def test_sigusr1_during_startup_checkpoints_and_exits_for_requeue(tmp_path: Path) -> None:
-    run_dir, ckpt_dir = tmp_path / "run", tmp_path / "ckpt"
-    run_dir.mkdir()
-    proc = _start(run_dir, ckpt_dir)
+    proc, run_dir, ckpt_dir = _launch(tmp_path)
     _signal_during_startup(proc, run_dir)
     code = proc.wait(timeout=400)
     log = (tmp_path / "run.log").read_text()
@@ -84,9 +88,7 @@ def test_sigusr1_during_startup_checkpoints_and_exits_for_requeue(tmp_path: Path
 
 @pytest.mark.timeout(600)
 def test_held_signal_is_redelivered_when_preemption_is_off(tmp_path: Path) -> None:
-    run_dir, ckpt_dir = tmp_path / "run", tmp_path / "ckpt"
-    run_dir.mkdir()
-    proc = _start(run_dir, ckpt_dir, "watchdog.preemption=false")
+    proc, run_dir, ckpt_dir = _launch(tmp_path, "watchdog.preemption=false")
     _signal_during_startup(proc, run_dir)
     code = proc.wait(timeout=400)
     assert code == -signal.SIGUSR1, (tmp_path / "run.log").read_text()[-4000:]
@@ -95,9 +97,7 @@ def test_held_signal_is_redelivered_when_preemption_is_off(tmp_path: Path) -> No
 
 @pytest.mark.timeout(600)
 def test_ctrl_c_during_startup_stops_every_rank_at_one_step(tmp_path: Path) -> None:
-    run_dir, ckpt_dir = tmp_path / "run", tmp_path / "ckpt"
-    run_dir.mkdir()
-    proc = _start(run_dir, ckpt_dir)
+    proc, run_dir, ckpt_dir = _launch(tmp_path)
     _signal_during_startup(proc, run_dir, _ctrl_c)
     code = proc.wait(timeout=400)
     log = (tmp_path / "run.log").read_text()
@@ -111,9 +111,7 @@ def test_ctrl_c_during_startup_stops_every_rank_at_one_step(tmp_path: Path) -> N
 
 @pytest.mark.timeout(300)
 def test_second_ctrl_c_during_startup_exits_at_once(tmp_path: Path) -> None:
-    run_dir, ckpt_dir = tmp_path / "run", tmp_path / "ckpt"
-    run_dir.mkdir()
-    proc = _start(run_dir, ckpt_dir)
+    proc, run_dir, ckpt_dir = _launch(tmp_path)
     _signal_during_startup(proc, run_dir, _ctrl_c)
     time.sleep(0.5)
     _ctrl_c(proc)
