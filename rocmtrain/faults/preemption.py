@@ -16,7 +16,8 @@ exit-code requeue. So this callback installs its handlers in ``on_train_start`` 
 and a signal that arrived before that (held by :func:`arm_early` since the CLI started) counts as
 received then. Ctrl-C is held the same way: a terminal's SIGINT reaches every rank, and a rank that
 met it still starting while its peers were already training would otherwise die alone and leave
-them in a collective with a missing peer; held, every rank stops at the same step. And ``train(cfg)`` should build the Trainer with ``plugins=[SLURMEnvironment(auto_requeue=False)]``
+them in a collective with a missing peer; held, every rank stops at the same step. And
+``train(cfg)`` should build the Trainer with ``plugins=[SLURMEnvironment(auto_requeue=False)]``
 under Slurm so Lightning never arms its requeue path. The previous handlers come back at teardown.
 """
 

@@ -629,7 +629,9 @@ def markdown(results: list[Result], meta: dict, copy: dict, have_fbgemm: bool) -
     lines = [
         f"Run {meta['date']} on {meta['device']} ({meta['arch']}); torch {meta['torch']}, "
         f"triton {meta['triton']}, fbgemm_gpu {meta['fbgemm_gpu'] or 'MISSING'}; "
-        f"{meta['rounds']} interleaved rounds x >= {meta['reps']} calls (more where a reading would last < {meta.get('min_reading_ms', 0):g} ms; per case in the JSON), indices {meta['index_dtype']}.",
+        f"{meta['rounds']} interleaved rounds x >= {meta['reps']} calls (more where a reading "
+        f"would last < {meta.get('min_reading_ms', 0):g} ms; per case in the JSON), "
+        f"indices {meta['index_dtype']}.",
         f"Command: `{meta['command']}`. Device copy bandwidth (read+write): "
         f"{fmt_range(copy, '.0f')} GB/s.",
         "Times: ms per call, median [min–max] over rounds. Ratios: other / ours per round, "
