@@ -24,7 +24,9 @@ from rocmtrain import checkpoint as ckpt
 from rocmtrain import exit_codes
 
 REPO = Path(__file__).resolve().parents[2]
-STEPS = 24
+# far more steps than the signal's step 12: an idle machine runs a CPU step in ~12 ms, and a
+# SIGTERM that lands after the last step ends the run normally (exit 0, nothing to requeue)
+STEPS = 160
 
 
 def _cmd(run_dir: Path, ckpt_dir: Path) -> list[str]:
