@@ -233,11 +233,11 @@ def _grad_health_callbacks(cfg: RunConfig) -> list[pl.Callback]:
 
 def _hand_over_early_signals(cfg: RunConfig) -> None:
     """Signals held since start-up (``rocmtrain.faults.preemption.arm_early``) that this run's
-    PreemptionCallback will not handle (it always handles Ctrl-C) get their handlers back."""
-    from rocmtrain.faults.preemption import disarm_early
+    PreemptionCallback will not handle get their handlers back."""
+    from rocmtrain.faults.preemption import disarm_early, handled_signals
 
     w = cfg.watchdog
-    disarm_early([*w.preemption_signals, "SIGINT"] if w.preemption else [])
+    disarm_early(handled_signals(w) if w.preemption else [])
 
 
 def _cluster_plugins() -> list[Any]:

@@ -237,6 +237,11 @@ _INTERRUPT, _PREEMPT = 1, 2
 INTERRUPTED = exit_codes.INTERRUPTED
 
 
+def handled_signals(cfg: WatchdogConfig) -> list[str]:
+    """The signals :class:`PreemptionCallback` handles: ``cfg.preemption_signals`` and Ctrl-C."""
+    return [*dict.fromkeys([*cfg.preemption_signals, "SIGINT"])]
+
+
 class PreemptionCallback(pl.Callback):
     """SIGTERM/SIGUSR1 → agree on a step → checkpoint → ``SystemExit(exit_code)``.
 
@@ -245,9 +250,7 @@ class PreemptionCallback(pl.Callback):
     """
 
     def __init__(self, cfg: WatchdogConfig, run_dir: Path) -> None:
-        self._signals = [getattr(signal, name) for name in cfg.preemption_signals]
-        if signal.SIGINT not in self._signals:
-            self._signals.append(signal.SIGINT)
+        self._signals = [getattr(signal, name) for name in handled_signals(cfg)]
         self._every = cfg.preemption_check_every_n_steps
         self._exit_code = cfg.exit_code
         self._run_dir = Path(run_dir)

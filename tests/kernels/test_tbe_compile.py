@@ -116,18 +116,23 @@ COMBOS = [("sm_90", "float32", "rowwise_adagrad"), ("gfx942", "bfloat16", "adam"
           ("gfx90a", "float32", "sgd")]  # fmt: skip
 
 
-def test_kernels_compile_for_nvidia_and_amd_and_vectorise():
+def _compile_in_subprocess(*args: str) -> str:
+    """This file's ``__main__`` with ``args``, without the interpreter; its stdout."""
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = Path(__file__).resolve().parents[2]
     env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
-    args = [",".join(c) for c in COMBOS]
     proc = subprocess.run([sys.executable, __file__, *args], env=env, cwd=root,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert proc.stdout.count("compiled ") == 5 * len(COMBOS)
-    assert "compiled _tbe_fwd_kernel for sm_90" in proc.stdout
-    assert "compiled _bwd_tile_kernel for gfx942" in proc.stdout
+    return proc.stdout
+
+
+def test_kernels_compile_for_nvidia_and_amd_and_vectorise():
+    out = _compile_in_subprocess(*[",".join(c) for c in COMBOS])
+    assert out.count("compiled ") == 5 * len(COMBOS)
+    assert "compiled _tbe_fwd_kernel for sm_90" in out
+    assert "compiled _bwd_tile_kernel for gfx942" in out
 
 
 def check_register_cap(cap: int) -> None:
@@ -159,14 +164,7 @@ def check_register_cap(cap: int) -> None:
 
 
 def test_register_cap_reaches_ptxas():
-    pytest.importorskip("triton")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = Path(__file__).resolve().parents[2]
-    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, __file__, "cap=72"], env=env, cwd=root,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert "register cap 72: tile kernel" in proc.stdout
+    assert "register cap 72: tile kernel" in _compile_in_subprocess("cap=72")
 
 
 def test_register_cap_policy(monkeypatch):
