@@ -53,6 +53,11 @@ class ArchParams:
     bwd_bag_sorted: bool = False
     """Backward: gather each sorted position's bag once (``bags[perm]``, one extra pass) so the
     tile kernel reads it in sorted order, one dependent load less before the gradient rows."""
+    bwd_steps: int = 1
+    """Backward: steps of one ``[tile, BLOCK_D]`` gradient tile each per tile program. A row's
+    occurrences inside one program are summed in registers across steps, so only the runs cut
+    by a program's borders leave fp32 partials for the hot-row kernels (whose work scales with
+    the number of programs). 1 = straight-line code (a loop costs registers)."""
     bwd_maxnreg: int = 0
     """Backward tile kernel: registers per thread at most (NVIDIA's ``maxnreg``; 0 = the
     compiler's choice; ignored on AMD, whose backend has no such option). The tile kernel is
@@ -72,15 +77,18 @@ class ArchParams:
 # programs and many resident CTAs; CDNA wavefronts are 64 wide, so 128 lanes = 2 waves and
 # waves_per_eu=2 keeps register use low enough for 8+ waves per CU on gfx942 / gfx90a.
 ARCH_TABLE: dict[str, ArchParams] = {
-    # H200, DLRM table set (14 M ids, rowwise Adagrad; scripts/bench/bwd_variants.py): tiles of
+    # H200, DLRM table set (14 M ids, rowwise Adagrad; scripts/bench/bwd_variants.py): steps of
     # 8 positions x 64 lanes beat 16 x 128 by 1.13-1.22x over the whole backward. The tile
-    # kernel is bound by per-row integer work and latency, not bytes: at 8 x 64 it issues ~200
-    # warp instructions per position and keeps 10 programs per SM; bags read in sorted order
-    # cut one dependent load (1.17-1.26x). The tile kernel takes 96 registers per thread at
-    # D=128 (10 programs per SM); capped at 72 (bwd_maxnreg: 14 per SM, no spills at D <= 128
-    # except Adam) the backward ran 1.08x (uniform) / 1.11x (Zipf) faster in one run of 5
-    # rounds; off until a second run confirms it (BENCHMARKS.md, eighth session).
-    "sm_90": ArchParams(bwd_lanes=64, bwd_max_tile=8, bwd_bag_sorted=True),
+    # kernel is bound by per-row integer work and latency, not bytes (a chain of dependent loads
+    # per step: keys -> bags -> gradient rows); bags read in sorted order cut one dependent load
+    # (1.17-1.26x). 8 steps per program (64 positions) cut the hot-row kernels 4-7x (they scale
+    # with the number of programs), but the loop takes 117 registers: capped at 80 (14 per SM
+    # instead of 8; a few spills) the whole backward ran 1.12x (uniform) / 1.47x (Zipf) faster
+    # than one uncapped step (BENCHMARKS.md, ninth session).
+    "sm_90": ArchParams(
+        bwd_lanes=64, bwd_max_tile=8, bwd_bag_sorted=True, bwd_steps=8, bwd_maxnreg=80
+    ),
+    # sm_80: the H200's tile, without the steps and the register cap (not measured on an A100)
     "sm_80": ArchParams(bwd_lanes=64, bwd_max_tile=8, bwd_bag_sorted=True),
     # CDNA: not measured (no AMD GPU here); 128-lane tiles of 16 = 2 wave64s per program
     "gfx942": ArchParams(bwd_lanes=128, waves_per_eu=2, bwd_bag_sorted=True),
@@ -97,6 +105,7 @@ ARCH_TABLE: dict[str, ArchParams] = {
         bwd_reduce="dot",  # numpy matmul; the interpreter's generic scan is a Python loop
         bwd_max_tile=512,
         bwd_elems_per_lane=4096,
+        bwd_steps=2,  # every test's backward walks the step loop and carries runs across it
         hot_block=4,  # small, so the tests walk several carry chunks
         hot_tiles=4,
     ),  # fmt: skip
@@ -183,6 +192,7 @@ class LaunchConfig:
     bag_sorted: bool = False
     hot_num_warps: int = 0
     maxnreg: int = 0
+    steps: int = 1
 
     def hot_launch_kwargs(self) -> dict[str, int]:
         """Launch options of the hot-row kernels (their own lane count)."""
@@ -277,7 +287,8 @@ def forward_candidates(
 
 
 def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, int]:
-    """Backward (segmented reduce + fused update) launch and its tile of sorted positions.
+    """Backward (segmented reduce + fused update) launch and its step: the sorted positions of
+    one ``[step, BLOCK_D]`` gradient tile (a tile program walks ``cfg.steps`` of them).
 
     A row must be whole in one program (rowwise Adagrad needs the row's sum of squares), so
     ``block_d = next_pow2(max_dim)``; the tile holds ``bwd_lanes * bwd_elems_per_lane`` elements
@@ -308,5 +319,7 @@ def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, in
         bag_sorted=p.bwd_bag_sorted,
         # wider rows need their registers (D=256 spills under a 72/80 cap)
         maxnreg=p.bwd_maxnreg if info.backend == "cuda" and block_d <= 128 else 0,
+        # wider rows: the loop takes 200+ registers (sm_90 SASS, D=256)
+        steps=p.bwd_steps if block_d <= 128 else 1,
     )
     return cfg, tile

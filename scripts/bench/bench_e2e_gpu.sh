@@ -241,7 +241,8 @@ RT=("${RT_FIT[@]}" trainer.limit_val_batches=0)
 RT_TRITON=(kernel=triton "${BF16[@]}" "${SMALL[@]}" "${PIPE[@]}" trainer.limit_val_batches=0)
 A1=(--bf16 "${ANCHOR_SMALL[@]}")
 # Five interleaved rounds of the recipe against the tuned anchor (the first profiled, with the sync
-# report); rounds 1-3 also run the recipe with kernel=triton right after kernel=fbgemm, and hold the swap-in pairs (a user's own module with the strategy, DCN
+# report), each also running the recipe with kernel=triton right after kernel=fbgemm; rounds 1-3
+# hold the swap-in pairs (a user's own module with the strategy, DCN
 # compiled and eager, against plain TorchRec with the same compile setting: the compiled one
 # shares the tuned anchor's readings), their first with a sync report; the convergence pair after
 # round 3, so a budget cut takes rounds 4-5 first.
@@ -255,7 +256,7 @@ for rep in 1 2 3 4 5; do
   else
     anchor "anchor_1gpu_bf16_compiled$sfx" 1 "${A1[@]}" --compile
     rocm "rt_1gpu_fbgemm_bf16$sfx" 1 "${RT[@]}"
-    [ "$rep" -le 3 ] && rocm "rt_1gpu_triton_bf16$sfx" 1 "${RT_TRITON[@]}"
+    rocm "rt_1gpu_triton_bf16$sfx" 1 "${RT_TRITON[@]}"
   fi
   if [ "$rep" -le 3 ]; then
     sync=(); [ "$rep" = 1 ] && sync=(--sync-report)

@@ -12,9 +12,11 @@ Commands::
 
     # H200 (~1 min for 3 variants): uniform and Zipf ids
     python3 scripts/bench/bwd_variants.py --variants scan8x2,scan8x2_ht32,scan16x4 --out $OUT/bwd
-    # a kernel change against the code before it, same run
+    # a kernel change against the code before it, same run ("prev+<variant>": the old file
+    # with a variant's config); s4 = 4 steps per tile program; _r72 = 72 registers at most
     git show HEAD~1:rocmtrain/kernels/tbe_backward.py > /tmp/prev.py
-    python3 scripts/bench/bwd_variants.py --variants prev,table --prev-file /tmp/prev.py
+    python3 scripts/bench/bwd_variants.py --variants prev,prev+scan8x2_r72,table,s4,s4_r72 \
+        --prev-file /tmp/prev.py
     # CPU self-test (Triton interpreter, tiny sizes; the scan variants take ~30 s each there)
     TRITON_INTERPRET=1 .venv/bin/python scripts/bench/bwd_variants.py --cpu-smoke --out /tmp/bwd
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -37,47 +40,88 @@ import bench_tbe as bt  # noqa: E402
 import rocmtrain.kernels.tbe_backward as tb  # noqa: E402
 from rocmtrain.kernels import OptimizerSpec, TableBatchedEmbeddingBags  # noqa: E402
 
-# name -> (reduce, tile, num_warps, bag_sorted, hot_tiles, hot-row kernels' num_warps, tile
-# kernel's register cap (0 = none)); None = the arch table's own choice
-VARIANTS: dict[str, tuple | None] = {
-    "table": None,
-    "scan8x2": ("scan", 8, 2, True, 16, 4, 0),
-    "scan8x2_hot2": ("scan", 8, 2, True, 16, 2, 0),
-    "scan8x2_ht32": ("scan", 8, 2, True, 32, 4, 0),
-    "scan8x2_perm": ("scan", 8, 2, False, 16, 4, 0),
-    "scan8x2_r64": ("scan", 8, 2, True, 16, 4, 64),
-    "scan8x2_r72": ("scan", 8, 2, True, 16, 4, 72),
-    "scan8x2_r80": ("scan", 8, 2, True, 16, 4, 80),
-    "scan16x4": ("scan", 16, 4, True, 16, 4, 0),
-    "dot16x4": ("dot", 16, 4, True, 16, 4, 0),
+# name -> overrides of the arch table's backward config: "step" (sorted positions per step of the
+# tile program) and any LaunchConfig field (num_warps, reduce, bag_sorted, hot_tiles, hot_num_warps,
+# maxnreg: the tile kernel's register cap, steps: steps per tile program); {} = the table's
+# own choice
+VARIANTS: dict[str, dict] = {
+    "table": {},
+    "scan8x2": {
+        "step": 8,
+        "num_warps": 2,
+        "reduce": "scan",
+        "bag_sorted": True,
+        "hot_tiles": 16,
+        "hot_num_warps": 4,
+        "maxnreg": 0,
+        "steps": 1,
+    },
+    "scan8x2_hot2": dict(step=8, num_warps=2, hot_num_warps=2),
+    "scan8x2_ht32": dict(step=8, num_warps=2, hot_tiles=32),
+    "scan8x2_perm": dict(step=8, num_warps=2, bag_sorted=False),
+    "scan8x2_r64": dict(step=8, num_warps=2, maxnreg=64),
+    "scan8x2_r72": dict(step=8, num_warps=2, maxnreg=72),
+    "scan8x2_r80": dict(step=8, num_warps=2, maxnreg=80),
+    "scan16x4": dict(step=16, num_warps=4),
+    "dot16x4": dict(reduce="dot", step=16, num_warps=4),
 }
-#: "prev": the arch table's config run by another version of ``tbe_backward.py``
+_STEPPED = re.compile(r"s(\d+)((?:_[wtr]\d+)*)")
+
+
+def variant_config(name: str) -> dict:
+    """A variant's overrides: a name from ``VARIANTS``, or ``s<steps>`` with optional
+    ``_w<warps>`` (warps per tile program), ``_t<step>`` (positions per step) and ``_r<cap>``
+    (register cap), e.g. ``s4_w4_r64``."""
+    if name in VARIANTS:
+        return dict(VARIANTS[name])
+    m = _STEPPED.fullmatch(name)
+    if not m:
+        raise KeyError(name)
+    out = dict(steps=int(m.group(1)))
+    keys = {"w": "num_warps", "t": "step", "r": "maxnreg"}
+    for part in filter(None, m.group(2).split("_")):
+        out[keys[part[0]]] = int(part[1:])
+    return out
+
+
+#: "prev" / "prev+<variant>": that config run by another version of ``tbe_backward.py``
 #: (``--prev-file``), to time a kernel change against the code before it in the same run
 PREV = "prev"
 _IMPLS = {"current": tb}
 _ACTIVE = ["current"]
 
 
+def _split(name: str) -> tuple[str, str]:
+    """(implementation, variant) of a variant name: "prev+scan8x2_r72" -> ("prev", ...)."""
+    if name == PREV:
+        return PREV, "table"
+    if name.startswith(PREV + "+"):
+        return PREV, name[len(PREV) + 1 :]
+    return "current", name
+
+
 def use_variant(name: str) -> None:
-    """Make ``backward_update`` launch with this variant's tile, warps, reduction, bag order and
-    tiles per hot-row block."""
-    _ACTIVE[0] = "prev" if name == PREV else "current"
-    if name == PREV or VARIANTS[name] is None:
-        tb.backward_config = _ORIG_CONFIG
-        return
-    reduce, tile, warps, sorted_bags, hot_tiles, hot_warps, maxnreg = VARIANTS[name]
+    """Make ``backward_update`` launch with this variant's config (steps, warps, reduction, bag
+    order, hot-row blocks, register cap) in the chosen copy of the kernel file."""
+    impl, variant = _split(name)
+    _ACTIVE[0] = impl
+    over = variant_config(variant)
+    step = over.pop("step", None)
 
     def config(info, *, max_dim):
-        cfg, _ = _ORIG_CONFIG(info, max_dim=max_dim)
-        cfg = dataclasses.replace(cfg, reduce=reduce, num_warps=warps, bag_sorted=sorted_bags,
-                                  hot_tiles=hot_tiles, hot_num_warps=hot_warps,
-                                  maxnreg=maxnreg)  # fmt: skip
-        return cfg, tile
+        cfg, table_step = _ORIG_CONFIG(info, max_dim=max_dim)
+        return dataclasses.replace(cfg, **over), step or table_step
 
-    tb.backward_config = config
+    for mod in _IMPLS.values():
+        mod.backward_config = config if over or step else _ORIG_CONFIG
 
 
 _ORIG_CONFIG = tb.backward_config
+
+
+def _restore() -> None:
+    for mod in _IMPLS.values():
+        mod.backward_config = _ORIG_CONFIG
 
 
 def dlrm_case(rows_cap: int, batch: int, dist: str) -> bt.Case:
@@ -177,19 +221,26 @@ def time_case(case: bt.Case, names: list[str], args, dev, timer: bt.Timer) -> di
 def run(args) -> dict:
     dev = torch.device(args.device)
     names = args.variants.split(",") if args.variants else list(VARIANTS)
-    if PREV in names:
+    unknown = []
+    for n in names:
+        try:
+            variant_config(_split(n)[1])
+        except KeyError:
+            unknown.append(n)
+    if unknown:
+        raise SystemExit(f"--variants: unknown {unknown}; known: {[*VARIANTS, PREV]}, "
+                         f"s<steps>[_w<warps>][_t<step>][_r<regs>] and "
+                         f"'{PREV}+<variant>'")  # fmt: skip
+    if any(_split(n)[0] == PREV for n in names):
         if not args.prev_file:
             raise SystemExit("--variants names 'prev': give --prev-file PATH (a tbe_backward.py)")
         load_prev(args.prev_file)
-    unknown = [n for n in names if n != PREV and n not in VARIANTS]
-    if unknown:
-        raise SystemExit(f"--variants: unknown {unknown}; known: {[*VARIANTS, PREV]}")
     res: dict = {"variants": names, "cases": {}}
     small = dlrm_case(args.check_rows_cap, args.check_batch, "zipf")
     try:
         res["check"] = check(names, dev, small)
     finally:
-        tb.backward_config = _ORIG_CONFIG
+        _restore()
     print("check:", json.dumps(res["check"]), flush=True)
     timer = bt.Timer(dev, args.reps)
     try:
@@ -199,7 +250,7 @@ def run(args) -> dict:
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
     finally:  # the arch table's config again (the script also runs inside a test process)
-        tb.backward_config = _ORIG_CONFIG
+        _restore()
     return res
 
 

@@ -19,12 +19,12 @@ def test_bwd_variants_cpu_smoke(tmp_path):
 
     config = tb.backward_config
     # "prev" = another copy of the kernel file, loaded as its own module (here: this one)
-    argv = ["--cpu-smoke", "--dists", "zipf", "--variants", "table,dot16x4,prev",
+    argv = ["--cpu-smoke", "--dists", "zipf", "--variants", "table,dot16x4,s4_w1,prev,prev+s4_w1",
             "--prev-file", tb.__file__, "--out", str(tmp_path)]  # fmt: skip
     assert bwd_variants.main(argv) == 0
     assert bwd_variants._IMPLS["prev"] is not tb  # a separate module, its own kernels
     res = json.loads((tmp_path / "bwd_variants.json").read_text())
-    assert res["variants"] == ["table", "dot16x4", "prev"]
+    assert res["variants"] == ["table", "dot16x4", "s4_w1", "prev", "prev+s4_w1"]
     assert all(c["ok"] for c in res["check"].values()), res["check"]
     case = res["cases"]["zipf"]
     assert case["ids"] == 4 * 214  # B x the MLPerf multi-hot sizes

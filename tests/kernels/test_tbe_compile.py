@@ -169,13 +169,15 @@ def test_register_cap_reaches_ptxas():
 
 def test_register_cap_policy(monkeypatch):
     """The cap applies on NVIDIA to rows up to 128 wide and never to Adam (it would spill)
-    nor on AMD (no such backend option)."""
+    nor on AMD (no such backend option); several steps per program likewise only up to 128."""
     import dataclasses
 
     from rocmtrain.kernels import arch
 
     shipped, _ = arch.backward_config(DEVICES["sm_90"], max_dim=128)
-    assert "maxnreg" not in shipped.tile_launch_kwargs("sgd")  # off until measured twice
+    assert shipped.tile_launch_kwargs("sgd")["maxnreg"] == 80 and shipped.steps == 8
+    assert arch.backward_config(DEVICES["sm_90"], max_dim=256)[0].steps == 1
+    assert arch.backward_config(DEVICES["gfx942"], max_dim=128)[0].steps == 1  # not measured
     for key in ("sm_90", "gfx942"):
         monkeypatch.setitem(arch.ARCH_TABLE, key,
                             dataclasses.replace(arch.ARCH_TABLE[key], bwd_maxnreg=72))  # fmt: skip

@@ -382,11 +382,16 @@ def test_backward_launches(monkeypatch):
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the interpreter")
-@pytest.mark.parametrize("kind", ["rowwise_adagrad", "adam"])
-def test_backward_gpu_tiles_and_scan_match_oracle(monkeypatch, kind):
+@pytest.mark.parametrize("kind,steps", [("rowwise_adagrad", 1), ("adam", 1),
+                                        ("rowwise_adagrad", 3), ("sgd", 4)])  # fmt: skip
+def test_backward_gpu_tiles_and_scan_match_oracle(monkeypatch, kind, steps):
     """The GPU configuration of the backward (sm_90 tiles, the segmented tl.associative_scan that
     the interpreter normally replaces) in the interpreter on a tiny case: duplicates, a row cut
-    across several tiles (partials + hot-row kernel), psw, mean pooling, vs the fp64 oracle."""
+    across several tiles (partials + hot-row kernel), psw, mean pooling, vs the fp64 oracle;
+    one step per tile program, or several (runs carried from step to step)."""
+    import dataclasses
+
+    import rocmtrain.kernels.arch as arch
     import rocmtrain.kernels.tbe_backward as tb
     import rocmtrain.kernels.tbe_forward as tf
     from rocmtrain.platform import DeviceInfo
@@ -394,6 +399,8 @@ def test_backward_gpu_tiles_and_scan_match_oracle(monkeypatch, kind):
     h200 = DeviceInfo(0, "H200", "cuda", "sm_90", 32, 132, 1 << 37)
     monkeypatch.setattr(tb, "_device_info", lambda idx: h200)
     monkeypatch.setattr(tf, "_device_info", lambda idx: h200)
+    p = dataclasses.replace(arch.ARCH_TABLE["sm_90"], bwd_steps=steps)
+    monkeypatch.setitem(arch.ARCH_TABLE, "sm_90", p)
     tables, fmap = [(50, 4), (9, 4)], [0, 1, 0]
     opt = OPTS[kind]
     m = TableBatchedEmbeddingBags(tables, feature_table_map=fmap, backend="triton",
@@ -482,11 +489,15 @@ def test_very_hot_row_among_uniform_matches_oracle(kind, wdtype):
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the interpreter")
-@pytest.mark.parametrize("hot_tiles,hot_block,kind", [(16, 32, "rowwise_adagrad"), (2, 2, "adam")])
-def test_hot_row_gpu_tiles_two_level_reduction(monkeypatch, hot_tiles, hot_block, kind):
-    """The GPU configuration (8-position tiles, scan) in the interpreter with a row seen 600
-    times: 75 tiles = 5 hot blocks of 16 (the H200 table), or 38 blocks of 2 with the carry
-    walk taking 2 blocks per step (19 steps), plus rows ending inside one block; vs the oracle."""
+@pytest.mark.parametrize("hot_tiles,hot_block,kind,steps", [
+    (16, 32, "rowwise_adagrad", 1), (2, 2, "adam", 1), (2, 2, "rowwise_adagrad", 4),
+    (4, 2, "sgd", 8)])  # fmt: skip
+def test_hot_row_gpu_tiles_two_level_reduction(monkeypatch, hot_tiles, hot_block, kind, steps):
+    """The GPU configuration (8-position steps, scan) in the interpreter with a row seen 600
+    times: at one step per tile program 75 tiles = 5 hot blocks of 16 (the H200 table), or 38
+    blocks of 2 with the carry walk taking 2 blocks per step (19 steps); at 4 or 8 steps per
+    program (32 / 64 positions) 19 / 10 programs in blocks of 2 / 4; plus rows ending inside one
+    block; vs the oracle."""
     import dataclasses
 
     import rocmtrain.kernels.arch as arch
@@ -497,10 +508,11 @@ def test_hot_row_gpu_tiles_two_level_reduction(monkeypatch, hot_tiles, hot_block
     h200 = DeviceInfo(0, "H200", "cuda", "sm_90", 32, 132, 1 << 37)
     monkeypatch.setattr(tb, "_device_info", lambda idx: h200)
     monkeypatch.setattr(tf, "_device_info", lambda idx: h200)
-    p = dataclasses.replace(arch.ARCH_TABLE["sm_90"], hot_tiles=hot_tiles, hot_block=hot_block)
+    p = dataclasses.replace(arch.ARCH_TABLE["sm_90"], hot_tiles=hot_tiles, hot_block=hot_block,
+                            bwd_steps=steps)  # fmt: skip
     monkeypatch.setitem(arch.ARCH_TABLE, "sm_90", p)
-    cfg, tile = tb.backward_config(h200, max_dim=4)
-    assert (tile, cfg.hot_tiles, cfg.hot_block) == (8, hot_tiles, hot_block)
+    cfg, step = tb.backward_config(h200, max_dim=4)
+    assert (step, cfg.steps, cfg.hot_tiles, cfg.hot_block) == (8, steps, hot_tiles, hot_block)
     tables, fmap = [(300, 4), (9, 4)], [0, 1, 0]
     case = _very_hot_case(tables, fmap, B=6, L0=110, hot=600, seed=4)
     opt = OPTS[kind]
