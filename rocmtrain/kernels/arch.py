@@ -82,9 +82,10 @@ ARCH_TABLE: dict[str, ArchParams] = {
     # kernel is bound by per-row integer work and latency, not bytes (a chain of dependent loads
     # per step: keys -> bags -> gradient rows); bags read in sorted order cut one dependent load
     # (1.17-1.26x). 8 steps per program (64 positions) cut the hot-row kernels 4-7x (they scale
-    # with the number of programs), but the loop takes 117 registers: capped at 80 (14 per SM
-    # instead of 8; a few spills) the whole backward ran 1.12x (uniform) / 1.47x (Zipf) faster
-    # than one uncapped step (BENCHMARKS.md, ninth session).
+    # with the number of programs), but the loop takes 117 registers: capped at 80 (12 programs
+    # per SM instead of 8; a few spills) the whole backward ran 1.12x / 1.07x (uniform) and
+    # 1.47x / 1.38x (Zipf) faster than one uncapped step, in two runs (BENCHMARKS.md, ninth
+    # session).
     "sm_90": ArchParams(
         bwd_lanes=64, bwd_max_tile=8, bwd_bag_sorted=True, bwd_steps=8, bwd_maxnreg=80
     ),

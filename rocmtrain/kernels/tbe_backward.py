@@ -7,19 +7,21 @@ No dense ``[rows, D]`` gradient, no float atomics, no host sync:
    ``feature << shift | sample``; ``torch.sort`` groups equal rows (stable in deterministic
    mode: a row's occurrences are then summed in input order); on GPUs the bags are gathered
    into sorted order once.
-2. ``_bwd_tile_kernel``, one program per ``TILE`` sorted positions: gathers the gradient rows
-   (``grad_out`` row of the bag x per-sample weight x 1/len for MEAN), sums each row's run in
-   fp32 (:func:`_run_sums`), writes d per_sample_weights, and applies SGD / rowwise Adagrad /
-   Adam where a row's run is whole in the tile (stochastic rounding for fp16/bf16). A run cut by
-   a tile border leaves an fp32 partial instead: slot ``2t`` (continues from tile t-1) or
-   ``2t + 1`` (runs into tile t+1); a tile that is one key's interior piece stores just that.
+2. ``_bwd_tile_kernel``, one program per ``TILE`` sorted positions, walked in steps of
+   ``STEP``: gathers the gradient rows (``grad_out`` row of the bag x per-sample weight x 1/len
+   for MEAN), sums each row's run in fp32 (:func:`_run_sums`; a run open at a step's end carries
+   into the next step in registers), writes d per_sample_weights, and applies SGD / rowwise
+   Adagrad / Adam where a row's run is whole in the program (stochastic rounding for fp16/bf16).
+   A run cut by a program's border leaves an fp32 partial instead: slot ``2t`` (continues from
+   program t-1) or ``2t + 1`` (runs into program t+1); a program that is one key's interior piece
+   stores just that. (Below, a "tile" is one program's ``TILE`` positions.)
 3. Hot rows (runs across tile borders), two levels over hot blocks of ``HT`` tiles:
    ``_bwd_hot_carry_kernel`` stores, per block that a run leaves, the run's sum over the block;
    ``_bwd_hot_kernel`` sums every run ending in its block over the block (a run sum over the
    tiles' pieces, fixed order), adds the carries of the blocks a run covered (walking back,
-   fixed order) and updates the rows. A row seen 1e5 times at 8-position tiles is ~12,500
-   parallel tile programs, ~780 parallel block programs and a ~25-step carry sum, never a
-   serial loop over its occurrences.
+   fixed order) and updates the rows. A row seen 1e5 times at 64-position tiles (8 steps of
+   8) is ~1,560 parallel tile programs, ~98 parallel block programs and a 4-step carry walk,
+   never a serial loop over its occurrences.
 
 Usage (what the module calls)::
 
@@ -245,8 +247,10 @@ def _bwd_tile_kernel(
     combine them). No compaction, no host-side shapes.
 
     Several steps per program: a row's occurrences inside one program never reach the hot-row
-    kernels (at the DLRM set, 4 steps cut their time 3-4x), and a program's fixed work (its
-    border keys) is paid once per ``TILE``."""
+    kernels (at the DLRM set, 8 steps of 8 cut their time 4-7x), and a program's fixed work (its
+    border keys) is paid once per ``TILE``. A bag is packed as ``feature << BAG_SHIFT | sample``
+    (shifts, not a division by B); sorted positions are int32 unless ``POS64`` (N near 2^31):
+    per-row integer work is most of the instructions."""
     if POS64:
         t = tl.program_id(0).to(tl.int64)
     else:
