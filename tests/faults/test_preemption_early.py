@@ -124,20 +124,44 @@ def test_second_ctrl_c_during_startup_exits_at_once(tmp_path: Path) -> None:
 
 def test_held_ctrl_c_is_a_keyboard_interrupt_once_given_back() -> None:
     """In-process: a held SIGINT does not interrupt; handing it back (no callback will take it)
-    raises the ``KeyboardInterrupt`` it would have been, and Ctrl-C is Python's again."""
+    raises the ``KeyboardInterrupt`` it would have been, and Ctrl-C is Python's again. Starts
+    from Python's own Ctrl-C handler, as a foreground process has it (a shell's background job
+    starts with SIGINT ignored, which ``arm_early`` rightly leaves alone: next test)."""
     from rocmtrain.faults.preemption import arm_early, disarm_early
 
-    before = signal.getsignal(signal.SIGINT)
-    arm_early(("SIGINT",))
+    prior = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.3)  # the handler runs between bytecodes: no KeyboardInterrupt here
-        with pytest.raises(KeyboardInterrupt):
+        arm_early(("SIGINT",))
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.3)  # the handler runs between bytecodes: no KeyboardInterrupt here
+            with pytest.raises(KeyboardInterrupt):
+                disarm_early(())
+                time.sleep(0.3)
+        finally:
             disarm_early(())
-            time.sleep(0.3)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
-        disarm_early(())
-    assert signal.getsignal(signal.SIGINT) is before is signal.default_int_handler
+        signal.signal(signal.SIGINT, prior)
+
+
+def test_ignored_ctrl_c_stays_ignored() -> None:
+    """A process started with SIGINT ignored (nohup, a shell's background job) keeps it ignored:
+    ``arm_early`` does not hold it, and a Ctrl-C does nothing."""
+    from rocmtrain.faults.preemption import arm_early, disarm_early
+
+    prior = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        arm_early(("SIGINT",))
+        try:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.3)
+        finally:
+            disarm_early(())
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, prior)
 
 
 def test_cli_gives_signals_back_when_it_returns(tmp_path: Path) -> None:
