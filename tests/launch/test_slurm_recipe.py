@@ -1,7 +1,11 @@
 """Real Slurm + the real CPU recipe (``python -m rocmtrain cluster=slurm ...``), 2 gloo ranks on 2 nodes.
 
-* the submitted job trains and ends with the same metrics as the same run started locally
-  (2 ranks on this machine, no Slurm): rank wiring, sharding and data shards agree;
+* the submitted job trains like the same run started locally (2 ranks on this machine, no
+  Slurm): the same loss at every one of the first 10 steps (to 1e-5) and the same final metrics
+  (to 1e-3), so rank wiring, sharding and data shards agree. Not bitwise: a 2-node job sums some
+  gradient in another order than 2 ranks on one node (a 1-node x 2-rank job matches the local run
+  exactly), so the curves part at the 1e-7 level from step 3 and 40 steps grow that to ~4e-4 on
+  some CPUs (an AVX-512 machine, 2026-12-02); a wiring fault moves the first steps by far more;
 * SIGUSR1 to the batch shell (what ``--signal=B:USR1@N`` does before the time limit) → ranks
   checkpoint and exit 75 → the script requeues → restart 1 resumes from that checkpoint and ends
   with the validation metrics of the uninterrupted job (same model);
@@ -11,6 +15,7 @@
 from __future__ import annotations
 
 import ast
+import csv
 import os
 import re
 import subprocess
@@ -31,7 +36,10 @@ SHORT = [
     "data.num_train_batches=40",
     "data.num_val_batches=2",
     "trainer.progress_bar=false",
+    "trainer.log_every_n_steps=1",
 ]
+#: steps whose losses must agree to rounding (before rounding differences can compound)
+EARLY_STEPS = 10
 STEP1_DONE = "(steady state)"  # logged by every rank after step 1 (two-phase timeouts)
 
 
@@ -46,9 +54,16 @@ def assert_same_training(
     a: dict[str, float],
     b: dict[str, float],
     keys: tuple[str, ...] = ("train_loss", "val_loss", "val_auc", "val_ne"),
+    rel: float = 1e-5,
 ) -> None:
     for key in keys:
-        assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), (key, a, b)
+        assert a[key] == pytest.approx(b[key], rel=rel, abs=1e-6), (key, a, b)
+
+
+def step_losses(run_dir: Path) -> dict[int, float]:
+    """Training loss per step from the run's ``logs/metrics.csv`` (logged every step)."""
+    with open(run_dir / "logs" / "metrics.csv") as f:
+        return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(f) if r.get("loss")}
 
 
 def _submit_cli(tmp_path: Path, extra: list[str]) -> tuple[str, Path, Path]:
@@ -87,6 +102,7 @@ def reference_runs(slurm_cluster, tmp_path_factory) -> dict[str, object]:
         "log": log.read_text(),
         "run_dir": run_dir,
         "local": final_metrics(local.stdout + local.stderr),
+        "local_run_dir": tmp / "local",
     }
 
 
@@ -98,7 +114,11 @@ def test_cpu_recipe_job_trains_like_the_local_run(reference_runs) -> None:
     assert "GLOBAL_RANK: 0, MEMBER: 1/2" in log and "GLOBAL_RANK: 1, MEMBER: 2/2" in log
     assert (run_dir / "logs" / "metrics.csv").is_file()
     assert any((p / "COMPLETE.json").is_file() for p in (run_dir / "checkpoints").iterdir())
-    assert_same_training(final_metrics(log), r["local"])
+    job, local = step_losses(run_dir), step_losses(r["local_run_dir"])
+    assert len(job) == len(local) == 40, (len(job), len(local))
+    for step in range(EARLY_STEPS):
+        assert job[step] == pytest.approx(local[step], rel=1e-5), (step, job, local)
+    assert_same_training(final_metrics(log), r["local"], rel=1e-3)
 
 
 def test_requeued_job_resumes_from_its_checkpoint(reference_runs, tmp_path: Path) -> None:
