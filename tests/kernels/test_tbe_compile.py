@@ -88,10 +88,18 @@ def _compile(kernel, args, kwargs, target):
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def check(arch: str, dtype: str, kind: str) -> None:
-    """Compile every kernel of one forward+backward for ``arch``; assert vector loads on sm_90."""
+def check(arch: str, dtype: str, kind: str, steps: str = "") -> None:
+    """Compile every kernel of one forward+backward for ``arch``; assert vector loads on sm_90.
+    ``steps``: backward tile steps per program instead of the arch table's (e.g. ``"4"``)."""
+    import dataclasses
+
     from triton.backends.compiler import GPUTarget
 
+    from rocmtrain.kernels import arch as arch_table
+
+    if steps:
+        p = arch_table.ARCH_TABLE[arch]
+        arch_table.ARCH_TABLE[arch] = dataclasses.replace(p, bwd_steps=int(steps))
     info, wdtype = DEVICES[arch], DTYPES[dtype]
     target = (GPUTarget("cuda", 90, 32) if info.backend == "cuda"
               else GPUTarget("hip", info.arch, 64))  # fmt: skip
@@ -111,9 +119,11 @@ def check(arch: str, dtype: str, kind: str) -> None:
         print(f"compiled {kernel.__name__} for {arch} ({len(asm)} chars of asm, v4={vec})")
 
 
-# one subprocess (torch import + Triton start-up once), three (arch, weights, optimizer) combos
+# one subprocess (torch import + Triton start-up once), four (arch, weights, optimizer[, steps])
+# combos: the table's configs (sm_90 walks 8 steps per tile program, the AMD entries one) and the
+# stepped tile loop for gfx942 too (same code on both vendors)
 COMBOS = [("sm_90", "float32", "rowwise_adagrad"), ("gfx942", "bfloat16", "adam"),
-          ("gfx90a", "float32", "sgd")]  # fmt: skip
+          ("gfx90a", "float32", "sgd"), ("gfx942", "float32", "rowwise_adagrad", "4")]  # fmt: skip
 
 
 def _compile_in_subprocess(*args: str) -> str:
