@@ -40,30 +40,25 @@ import bench_tbe as bt  # noqa: E402
 import rocmtrain.kernels.tbe_backward as tb  # noqa: E402
 from rocmtrain.kernels import OptimizerSpec, TableBatchedEmbeddingBags  # noqa: E402
 
+#: one step of 8 positions x 2 warps, scan, sorted bags, no register cap: the H200 table of the
+#: seventh and eighth sessions, which the named variants below vary
+_ONE_STEP = dict(step=8, num_warps=2, reduce="scan", bag_sorted=True, hot_tiles=16,
+                 hot_num_warps=4, maxnreg=0, steps=1)  # fmt: skip
 # name -> overrides of the arch table's backward config: "step" (sorted positions per step of the
 # tile program) and any LaunchConfig field (num_warps, reduce, bag_sorted, hot_tiles, hot_num_warps,
 # maxnreg: the tile kernel's register cap, steps: steps per tile program); {} = the table's
 # own choice
 VARIANTS: dict[str, dict] = {
     "table": {},
-    "scan8x2": {
-        "step": 8,
-        "num_warps": 2,
-        "reduce": "scan",
-        "bag_sorted": True,
-        "hot_tiles": 16,
-        "hot_num_warps": 4,
-        "maxnreg": 0,
-        "steps": 1,
-    },
-    "scan8x2_hot2": dict(step=8, num_warps=2, hot_num_warps=2),
-    "scan8x2_ht32": dict(step=8, num_warps=2, hot_tiles=32),
-    "scan8x2_perm": dict(step=8, num_warps=2, bag_sorted=False),
-    "scan8x2_r64": dict(step=8, num_warps=2, maxnreg=64),
-    "scan8x2_r72": dict(step=8, num_warps=2, maxnreg=72),
-    "scan8x2_r80": dict(step=8, num_warps=2, maxnreg=80),
-    "scan16x4": dict(step=16, num_warps=4),
-    "dot16x4": dict(reduce="dot", step=16, num_warps=4),
+    "scan8x2": _ONE_STEP,
+    "scan8x2_hot2": {**_ONE_STEP, "hot_num_warps": 2},
+    "scan8x2_ht32": {**_ONE_STEP, "hot_tiles": 32},
+    "scan8x2_perm": {**_ONE_STEP, "bag_sorted": False},
+    "scan8x2_r64": {**_ONE_STEP, "maxnreg": 64},
+    "scan8x2_r72": {**_ONE_STEP, "maxnreg": 72},
+    "scan8x2_r80": {**_ONE_STEP, "maxnreg": 80},
+    "scan16x4": {**_ONE_STEP, "step": 16, "num_warps": 4},
+    "dot16x4": {**_ONE_STEP, "reduce": "dot", "step": 16, "num_warps": 4},
 }
 _STEPPED = re.compile(r"s(\d+)((?:_[wtr]\d+)*)")
 
@@ -71,13 +66,13 @@ _STEPPED = re.compile(r"s(\d+)((?:_[wtr]\d+)*)")
 def variant_config(name: str) -> dict:
     """A variant's overrides: a name from ``VARIANTS``, or ``s<steps>`` with optional
     ``_w<warps>`` (warps per tile program), ``_t<step>`` (positions per step) and ``_r<cap>``
-    (register cap), e.g. ``s4_w4_r64``."""
+    (register cap; without it none, whatever the table sets), e.g. ``s4_w4_r64``."""
     if name in VARIANTS:
         return dict(VARIANTS[name])
     m = _STEPPED.fullmatch(name)
     if not m:
         raise KeyError(name)
-    out = dict(steps=int(m.group(1)))
+    out = dict(steps=int(m.group(1)), maxnreg=0)
     keys = {"w": "num_warps", "t": "step", "r": "maxnreg"}
     for part in filter(None, m.group(2).split("_")):
         out[keys[part[0]]] = int(part[1:])

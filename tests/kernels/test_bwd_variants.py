@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts" / "bench"))
 
@@ -34,3 +36,17 @@ def test_bwd_variants_cpu_smoke(tmp_path):
         assert row["speedup_vs_table"]["min"] > 0
     assert case["variants"]["table"]["speedup_vs_table"]["median"] == 1.0
     assert tb.backward_config is config  # the arch table's config again for later tests
+
+
+def test_variant_names_pin_what_they_say():
+    """Named variants are one-step configs whatever the table ships; ``s<k>`` names take the
+    table's tile but a register cap only when they name one (``_r<n>``)."""
+    import bwd_variants
+
+    assert bwd_variants.variant_config("scan8x2_r72") == {**bwd_variants._ONE_STEP, "maxnreg": 72}
+    assert bwd_variants.variant_config("s8") == {"steps": 8, "maxnreg": 0}
+    assert bwd_variants.variant_config("s4_w4_t16_r64") == {
+        "steps": 4, "maxnreg": 64, "num_warps": 4, "step": 16}  # fmt: skip
+    for bad in ("s", "s4_x2", "scan8x3"):
+        with pytest.raises(KeyError):
+            bwd_variants.variant_config(bad)
