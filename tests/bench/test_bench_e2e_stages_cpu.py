@@ -20,26 +20,29 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _run(cmd: list[str], timeout: int = 500) -> subprocess.CompletedProcess[str]:
+    """Run a stage script; on failure the assertion carries its exit status and output tail
+    (a crash such as one SIGABRT seen once in a full-suite run then says where it was)."""
+    out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, (out.returncode, out.stdout[-2000:], out.stderr[-4000:])
+    return out
+
+
 @pytest.mark.slow
 def test_swapin_and_fresh_anchor_smoke_then_summary(tmp_path):
     swap = tmp_path / "runs" / "swapin_1gpu_bf16"
-    out = subprocess.run(
-        [sys.executable, str(BENCH / "swapin_user_module.py"), "--cpu-smoke", "--out-dir", str(swap)],
-        env=_env(), capture_output=True, text=True, timeout=500, check=True,
-    )  # fmt: skip
+    out = _run([sys.executable, str(BENCH / "swapin_user_module.py"), "--cpu-smoke",
+                "--out-dir", str(swap)])  # fmt: skip
     assert "samples/s " in out.stdout.strip().splitlines()[-1]
     doc = json.loads((swap / "throughput.json").read_text())
     assert doc["final"] and doc["samples_per_s"] > 0 and doc["batch_per_rank"] == 256
 
     anchor = tmp_path / "anchor_1gpu_bf16_fresh.json"
-    subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
-         str(BENCH / "e2e_torchrec_anchor.py"), "--cpu", "--global-batch", "128",
-         "--rows-cap", "500", "--dim", "8", "--small-dense", "--bf16", "--warmup", "1",
-         "--steps", "3", "--sync-every", "1", "--fresh-epochs", "2", "--val-batches", "1",
-         "--workers", "0", "--out", str(anchor)],
-        env=_env(), capture_output=True, text=True, timeout=500, check=True,
-    )  # fmt: skip
+    _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+          str(BENCH / "e2e_torchrec_anchor.py"), "--cpu", "--global-batch", "128",
+          "--rows-cap", "500", "--dim", "8", "--small-dense", "--bf16", "--warmup", "1",
+          "--steps", "3", "--sync-every", "1", "--fresh-epochs", "2", "--val-batches", "1",
+          "--workers", "0", "--out", str(anchor)])  # fmt: skip
     res = json.loads(anchor.read_text())
     assert len(res["step_losses"]) == 6  # 2 epochs x 3 new batches, every one trained
     assert [h["epoch"] for h in res["history"]] == [0.0, 1.0]
