@@ -12,11 +12,12 @@ Commands::
 
     # H200 (~1 min for 3 variants): uniform and Zipf ids
     python3 scripts/bench/bwd_variants.py --variants scan8x2,scan8x2_ht32,scan16x4 --out $OUT/bwd
-    # a kernel change against the code before it, same run ("prev+<variant>": the old file
-    # with a variant's config); s4 = 4 steps per tile program; _r72 = 72 registers at most
+    # a kernel change against the code before it, same run (``--impl NAME=FILE``: another copy
+    # of the kernel file; variant "NAME" runs it with the table's config, "NAME+<variant>" with a
+    # variant's); s4 = 4 steps per tile program; _r72 = 72 registers at most
     git show HEAD~1:rocmtrain/kernels/tbe_backward.py > /tmp/prev.py
     python3 scripts/bench/bwd_variants.py --variants prev,prev+scan8x2_r72,table,s4,s4_r72 \
-        --prev-file /tmp/prev.py
+        --impl prev=/tmp/prev.py
     # CPU self-test (Triton interpreter, tiny sizes; the scan variants take ~30 s each there)
     TRITON_INTERPRET=1 .venv/bin/python scripts/bench/bwd_variants.py --cpu-smoke --out /tmp/bwd
 """
@@ -79,19 +80,20 @@ def variant_config(name: str) -> dict:
     return out
 
 
-#: "prev" / "prev+<variant>": that config run by another version of ``tbe_backward.py``
-#: (``--prev-file``), to time a kernel change against the code before it in the same run
-PREV = "prev"
+#: "NAME" / "NAME+<variant>": the table's / a variant's config run by another version of
+#: ``tbe_backward.py`` loaded as NAME (``--impl NAME=FILE``), to time kernel changes against
+#: the code before them in the same run
 _IMPLS = {"current": tb}
 _ACTIVE = ["current"]
 
 
 def _split(name: str) -> tuple[str, str]:
-    """(implementation, variant) of a variant name: "prev+scan8x2_r72" -> ("prev", ...)."""
-    if name == PREV:
-        return PREV, "table"
-    if name.startswith(PREV + "+"):
-        return PREV, name[len(PREV) + 1 :]
+    """(implementation, variant) of a variant name: "prev+scan8x2_r72" -> ("prev", ...) when
+    an implementation "prev" is loaded; names without "+" that are not one run the table's
+    config of the current file, or a named variant."""
+    impl, plus, variant = name.partition("+")
+    if impl in _IMPLS and impl != "current":
+        return impl, variant if plus else "table"
     return "current", name
 
 
@@ -131,15 +133,22 @@ def make_module(case: bt.Case, dev) -> TableBatchedEmbeddingBags:
     )  # fmt: skip
 
 
-def load_prev(path: str) -> None:
+def load_impl(name: str, path: str) -> None:
     """Import another version of ``tbe_backward.py`` (e.g. ``git show REV:rocmtrain/kernels/
-    tbe_backward.py > /tmp/prev.py``) as a sibling module, so its relative imports resolve."""
+    tbe_backward.py > /tmp/prev.py``) as a sibling module, so its relative imports resolve,
+    and name it ``name`` for the variant names."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("rocmtrain.kernels._bwd_prev", path)
+    taken = name == "current" or name in VARIANTS or _STEPPED.fullmatch(name)
+    if not re.fullmatch(r"[a-z][a-z0-9]*", name) or taken:
+        raise SystemExit(f"--impl {name}={path}: NAME must be lowercase letters and digits, "
+                         f"not 'current' or a variant name")  # fmt: skip
+    if not Path(path).is_file():
+        raise SystemExit(f"--impl {name}={path}: no such file (give a copy of tbe_backward.py)")
+    spec = importlib.util.spec_from_file_location(f"rocmtrain.kernels._bwd_{name}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    _IMPLS["prev"] = mod
+    _IMPLS[name] = mod
 
 
 def call(m: TableBatchedEmbeddingBags, grad, idx, off) -> None:
@@ -215,6 +224,11 @@ def time_case(case: bt.Case, names: list[str], args, dev, timer: bt.Timer) -> di
 
 def run(args) -> dict:
     dev = torch.device(args.device)
+    for spec in args.impl:
+        name, eq, path = spec.partition("=")
+        if not eq:
+            raise SystemExit(f"--impl {spec}: expected NAME=FILE, e.g. prev=/tmp/prev.py")
+        load_impl(name, path)
     names = args.variants.split(",") if args.variants else list(VARIANTS)
     unknown = []
     for n in names:
@@ -223,13 +237,10 @@ def run(args) -> dict:
         except KeyError:
             unknown.append(n)
     if unknown:
-        raise SystemExit(f"--variants: unknown {unknown}; known: {[*VARIANTS, PREV]}, "
-                         f"s<steps>[_w<warps>][_t<step>][_r<regs>] and "
-                         f"'{PREV}+<variant>'")  # fmt: skip
-    if any(_split(n)[0] == PREV for n in names):
-        if not args.prev_file:
-            raise SystemExit("--variants names 'prev': give --prev-file PATH (a tbe_backward.py)")
-        load_prev(args.prev_file)
+        impls = [n for n in _IMPLS if n != "current"]
+        raise SystemExit(f"--variants: unknown {unknown}; known: {[*VARIANTS, *impls]}, "
+                         f"s<steps>[_w<warps>][_t<step>][_r<regs>] and '<impl>+<variant>' "
+                         f"for an implementation loaded with --impl NAME=FILE")  # fmt: skip
     res: dict = {"variants": names, "cases": {}}
     small = dlrm_case(args.check_rows_cap, args.check_batch, "zipf")
     try:
@@ -255,7 +266,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--variants", default="", help="comma list (default: all); the first is the base"
     )
-    ap.add_argument("--prev-file", default="", help="tbe_backward.py timed as variant 'prev'")
+    ap.add_argument("--impl", action="append", default=[], metavar="NAME=FILE",
+                    help="another tbe_backward.py, timed as variants NAME and NAME+<variant> "
+                    "(repeatable)")  # fmt: skip
     ap.add_argument("--dists", default="uniform,zipf")
     ap.add_argument("--rows-cap", type=int, default=10_000_000)
     ap.add_argument("--batch", type=int, default=65536)

@@ -1,6 +1,6 @@
 """scripts/bench/bwd_variants.py on the CPU: the variants agree with each other, and the JSON holds
 every round, the ratio against the first variant and the per-case shape the BENCHMARKS tables use;
-a second copy of the kernel file runs as variant "prev"."""
+other copies of the kernel file run as named implementations (``--impl NAME=FILE``)."""
 
 from __future__ import annotations
 
@@ -20,13 +20,17 @@ def test_bwd_variants_cpu_smoke(tmp_path):
     import rocmtrain.kernels.tbe_backward as tb
 
     config = tb.backward_config
-    # "prev" = another copy of the kernel file, loaded as its own module (here: this one)
-    argv = ["--cpu-smoke", "--dists", "zipf", "--variants", "table,dot16x4,s4_w1,prev,prev+s4_w1",
-            "--prev-file", tb.__file__, "--out", str(tmp_path)]  # fmt: skip
+    # "prev", "old" = other copies of the kernel file, each loaded as its own module (here:
+    # this one)
+    argv = ["--cpu-smoke", "--dists", "zipf", "--variants", "table,dot16x4,s4_w1,prev,old+s4_w1",
+            "--impl", f"prev={tb.__file__}", "--impl", f"old={tb.__file__}",
+            "--out", str(tmp_path)]  # fmt: skip
     assert bwd_variants.main(argv) == 0
-    assert bwd_variants._IMPLS["prev"] is not tb  # a separate module, its own kernels
+    impls = bwd_variants._IMPLS
+    assert len({id(impls[n]) for n in ("current", "prev", "old")}) == 3  # their own kernels
+    assert impls["current"] is tb
     res = json.loads((tmp_path / "bwd_variants.json").read_text())
-    assert res["variants"] == ["table", "dot16x4", "s4_w1", "prev", "prev+s4_w1"]
+    assert res["variants"] == ["table", "dot16x4", "s4_w1", "prev", "old+s4_w1"]
     assert all(c["ok"] for c in res["check"].values()), res["check"]
     case = res["cases"]["zipf"]
     assert case["ids"] == 4 * 214  # B x the MLPerf multi-hot sizes
@@ -50,3 +54,16 @@ def test_variant_names_pin_what_they_say():
     for bad in ("s", "s4_x2", "scan8x3"):
         with pytest.raises(KeyError):
             bwd_variants.variant_config(bad)
+
+
+@pytest.mark.parametrize(
+    "impl, says",
+    [("prev", "expected NAME=FILE"), ("s4=/x.py", "NAME must be"), ("prev=/nonexistent.py",
+     "no such file")],
+)  # fmt: skip
+def test_bad_impl_says_what_to_give(impl, says, capsys):
+    import bwd_variants
+
+    with pytest.raises(SystemExit) as e:
+        bwd_variants.main(["--cpu-smoke", "--impl", impl, "--variants", "table"])
+    assert says in str(e.value) and impl.partition("=")[0] in str(e.value)
