@@ -24,7 +24,6 @@ import triton.language as tl
 from rocmtrain.platform import DeviceInfo, device_info
 
 from .arch import ONEHOT_MAX_LEN, LaunchConfig, forward_candidates, forward_config
-from .launch import launch
 from .layout import TBELayout
 
 
@@ -134,8 +133,8 @@ def _launch(cfg: LaunchConfig, layout, weights, indices, offsets, psw, out, pool
     feats = _all_features(layout.num_features, weights.device) if feats is None else feats
     max_dim = max_dim or layout.max_dim
     grid = (triton.cdiv(B, cfg.bags), feats.numel(), triton.cdiv(max_dim, cfg.block_d))
-    launch(
-        _tbe_fwd_kernel, grid, weights, indices, offsets, psw if psw is not None else weights, out,
+    _tbe_fwd_kernel[grid](
+        weights, indices, offsets, psw if psw is not None else weights, out,
         meta.weights_offset, meta.rows, meta.dim, meta.d_offsets, feats,
         bad_count if bad_count is not None else feats, B, out.stride(0),
         COUNT_BAD=bad_count is not None, HAS_PSW=psw is not None, MEAN=pooling == "mean",

@@ -4,9 +4,7 @@ Why: at B=16384 every provider of ``bench_tbe.py`` is host-bound (host enqueue t
 equals the GPU time), so a call costs what its Python costs. This enqueues ``--calls`` calls of
 the forward (no grad) and of forward+backward with the GPU kept busy ahead of the host (a long
 sleep kernel first), so the host time is the host's own; then profiles the same calls with
-cProfile and prints the functions with the most own time. The forward is also timed with
-rocmtrain's compiled-kernel replay (``rocmtrain/kernels/launch.py``) against Triton's own launch
-path, in interleaved rounds.
+cProfile and prints the functions with the most own time.
 
     python3 scripts/bench/tbe_host_cost.py --out $OUT/host      # H200 (~20 s)
     TRITON_INTERPRET=1 .venv/bin/python scripts/bench/tbe_host_cost.py --cpu-smoke
@@ -62,37 +60,16 @@ def top_own_time(fn, calls: int, n: int) -> list[dict]:
     return sorted(rows, key=lambda r: -r["own_us"])[:n]
 
 
-def launch_ab(fn, calls: int, dev, rounds: int) -> dict:
-    """Host µs per call with rocmtrain's compiled-kernel replay (``kernels.launch``) against
-    Triton's own launch path, in interleaved rounds (replay, Triton, Triton, replay, ...)."""
-    from rocmtrain.kernels import launch as kl
-
-    fast0 = kl._FAST
-    got: dict[str, list[float]] = {"replay": [], "triton": []}
-    try:
-        for r in range(rounds):
-            for name in ("replay", "triton") if r % 2 == 0 else ("triton", "replay"):
-                kl._FAST = fast0 and name == "replay"
-                got[name].append(host_us(fn, calls, dev)["median"])
-    finally:
-        kl._FAST = fast0
-    ratio = [t / f for t, f in zip(got["triton"], got["replay"], strict=True)]
-    return {"enabled": fast0, **{k: bt.summary(v) for k, v in got.items()},
-            "triton_over_replay": bt.summary(ratio)}  # fmt: skip
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--top", type=int, default=25)
-    ap.add_argument("--ab-rounds", type=int, default=6,
-                    help="interleaved rounds of the forward's launch A/B")  # fmt: skip
     ap.add_argument("--cpu-smoke", action="store_true")
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
     if args.cpu_smoke:
-        args.device, args.calls, args.ab_rounds = "cpu", 3, 2
+        args.device, args.calls = "cpu", 3
     dev = torch.device(args.device)
     B = 16384 if dev.type == "cuda" else 8
     case = bt.Case("synthetic", [4_000_000 if dev.type == "cuda" else 1000], 128, [32], B,
@@ -106,12 +83,6 @@ def main(argv=None) -> int:
             fn = bt._callables(ours, mode, inputs, grad)  # bench_tbe's own calls
             for _ in range(5):  # compile, graph capture
                 fn()
-            if mode == "fwd":
-                res["launch_ab fwd"] = ab = launch_ab(fn, args.calls, dev, args.ab_rounds)
-                print(f"fwd launch A/B ({args.ab_rounds} rounds, host us/call median [min-max]): "
-                      f"replay {bt.fmt_range(ab['replay'], '.1f')}, Triton's path "
-                      f"{bt.fmt_range(ab['triton'], '.1f')}, ratio "
-                      f"{bt.fmt_range(ab['triton_over_replay'], '.2f')}", flush=True)  # fmt: skip
             us = host_us(fn, args.calls, dev)
             res[f"{mode} {kind}"] = {"host_us": us,
                                      "top": top_own_time(fn, args.calls, args.top)}  # fmt: skip
