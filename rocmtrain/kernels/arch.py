@@ -78,14 +78,13 @@ class ArchParams:
 # waves_per_eu=2 keeps register use low enough for 8+ waves per CU on gfx942 / gfx90a.
 ARCH_TABLE: dict[str, ArchParams] = {
     # H200, DLRM table set (14 M ids, rowwise Adagrad; scripts/bench/bwd_variants.py): steps of
-    # 8 positions x 64 lanes beat 16 x 128 by 1.13-1.22x over the whole backward. The tile
-    # kernel is bound by per-row integer work and latency, not bytes (a chain of dependent loads
-    # per step: keys -> bags -> gradient rows); bags read in sorted order cut one dependent load
-    # (1.17-1.26x). 8 steps per program (64 positions) cut the hot-row kernels 4-7x (they scale
-    # with the number of programs), but the loop takes 117 registers: capped at 80 (12 programs
-    # per SM instead of 8; a few spills) the whole backward ran 1.12x / 1.07x (uniform) and
-    # 1.47x / 1.38x (Zipf) faster than one uncapped step, in two runs (BENCHMARKS.md, ninth
-    # session).
+    # 8 positions x 64 lanes beat 16 x 128 by 1.13-1.22x over the whole backward; bags read in
+    # sorted order cut one dependent load per step (1.17-1.26x). 8 steps per program (64
+    # positions) cut the hot-row kernels 4-7x (they scale with the number of programs), but the
+    # loop takes 104 registers: capped at 80 (12 programs per SM instead of 8; a few spills) the
+    # whole backward ran 1.12x / 1.07x (uniform) and 1.47x / 1.38x (Zipf) faster than one
+    # uncapped step, in two runs (BENCHMARKS.md, ninth session); the tile kernel then moves its
+    # bytes at 84 % of the copy bandwidth (tenth session).
     "sm_90": ArchParams(
         bwd_lanes=64, bwd_max_tile=8, bwd_bag_sorted=True, bwd_steps=8, bwd_maxnreg=80
     ),

@@ -18,6 +18,9 @@ Commands::
     git show HEAD~1:rocmtrain/kernels/tbe_backward.py > /tmp/prev.py
     python3 scripts/bench/bwd_variants.py --variants prev,prev+scan8x2_r72,table,s4,s4_r72 \
         --impl prev=/tmp/prev.py
+    # the end-to-end recipe's case: its synthetic ids (Zipf 1.05, hottest ids first) and bf16
+    # pooled-output gradients
+    python3 scripts/bench/bwd_variants.py --variants table --dists recipe --grad-dtype bfloat16
     # CPU self-test (Triton interpreter, tiny sizes; the scan variants take ~30 s each there)
     TRITON_INTERPRET=1 .venv/bin/python scripts/bench/bwd_variants.py --cpu-smoke --out /tmp/bwd
 """
@@ -121,6 +124,36 @@ def _restore() -> None:
         mod.backward_config = _ORIG_CONFIG
 
 
+#: the ``dlrm_dcnv2_h200`` recipe's ids: ``configs/data/synthetic.yaml``'s ``zipf_exponent`` (a
+#: test keeps them equal); P(id) ~ (id + 1) ** -1.05 per table, the hottest ids first
+RECIPE_ZIPF = 1.05
+DISTS = ("uniform", "zipf", "recipe")
+
+
+def inputs(case: bt.Case, dev, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``case.sets`` (indices, offsets) pairs: bench_tbe's uniform / Zipf(1.15) ids, or for
+    ``dist == "recipe"`` the ids the end-to-end recipe trains on (its synthetic data's sampler:
+    at the DLRM set 2.4 M distinct rows of 14 M ids, 64 % of the ids on 14.5 K rows seen > 64
+    times, against 8.8 M / 1.3 M distinct rows for uniform / Zipf(1.15))."""
+    if case.dist != "recipe":
+        return bt.make_inputs(case, dev, seed)
+    from rocmtrain.data.batch import generator
+    from rocmtrain.data.synthetic import PlantedSignal
+
+    sig = PlantedSignal(num_embeddings_per_feature=case.rows, multi_hot_sizes=case.hot,
+                        num_dense=1, seed=seed, signal_strength=1.0, num_signal_dense=1,
+                        num_signal_sparse=1, zipf_exponent=RECIPE_ZIPF, base_ctr=0.25)  # fmt: skip
+    lengths = torch.tensor(case.hot).repeat_interleave(case.batch)
+    off = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
+    off[1:] = lengths.cumsum(0)
+    sets = []
+    for k in range(case.sets):
+        ids = sig.sample_ids((case.batch, sum(case.hot)), generator(seed, 10 + k))
+        idx = torch.cat([x.reshape(-1) for x in ids])  # feature-major, a bag's ids contiguous
+        sets.append((idx.to(dev), off.to(dev)))
+    return sets
+
+
 def dlrm_case(rows_cap: int, batch: int, dist: str) -> bt.Case:
     rows = [min(r, rows_cap) for r in bt.DLRM_ROWS]
     return bt.Case("dlrm", rows, 128, list(bt.DLRM_HOT), batch, torch.float32, dist, sets=2)
@@ -159,12 +192,12 @@ def call(m: TableBatchedEmbeddingBags, grad, idx, off) -> None:
     )  # fmt: skip
 
 
-def check(names, dev, small: bt.Case) -> dict:
+def check(names, dev, small: bt.Case, grad_dtype: torch.dtype) -> dict:
     """Each variant vs the first on the small case: max relative difference of rows and state."""
-    idx, off = bt.make_inputs(small, dev, seed=1)[0]
+    idx, off = inputs(small, dev, seed=1)[0]
     base = make_module(small, dev)
     w0, s0 = base.weights.detach().clone(), base.states()["momentum"].clone()
-    grad = torch.randn(small.batch, len(small.rows) * small.dim, device=dev)
+    grad = torch.randn(small.batch, len(small.rows) * small.dim, device=dev).to(grad_dtype)
     out = {}
     ref = None
     for name in names:
@@ -192,8 +225,8 @@ def kernel_split(m, grad, idx, off, dev) -> dict[str, float]:
 def time_case(case: bt.Case, names: list[str], args, dev, timer: bt.Timer) -> dict:
     """Every variant on one table set, in interleaved rounds; kernel split per variant."""
     m = make_module(case, dev)
-    sets = bt.make_inputs(case, dev, seed=2)
-    grad = torch.randn(case.batch, len(case.rows) * case.dim, device=dev)
+    sets = inputs(case, dev, seed=2)
+    grad = torch.randn(case.batch, len(case.rows) * case.dim, device=dev).to(args.grad_dtype)
     k = [0]
 
     def fn():
@@ -241,10 +274,13 @@ def run(args) -> dict:
         raise SystemExit(f"--variants: unknown {unknown}; known: {[*VARIANTS, *impls]}, "
                          f"s<steps>[_w<warps>][_t<step>][_r<regs>] and '<impl>+<variant>' "
                          f"for an implementation loaded with --impl NAME=FILE")  # fmt: skip
-    res: dict = {"variants": names, "cases": {}}
+    bad = [d for d in args.dists.split(",") if d not in DISTS]
+    if bad:
+        raise SystemExit(f"--dists: unknown {bad}; use a comma list of {', '.join(DISTS)}")
+    res: dict = {"variants": names, "cases": {}, "grad_dtype": str(args.grad_dtype)}
     small = dlrm_case(args.check_rows_cap, args.check_batch, "zipf")
     try:
-        res["check"] = check(names, dev, small)
+        res["check"] = check(names, dev, small, args.grad_dtype)
     finally:
         _restore()
     print("check:", json.dumps(res["check"]), flush=True)
@@ -269,7 +305,17 @@ def main(argv=None) -> int:
     ap.add_argument("--impl", action="append", default=[], metavar="NAME=FILE",
                     help="another tbe_backward.py, timed as variants NAME and NAME+<variant> "
                     "(repeatable)")  # fmt: skip
-    ap.add_argument("--dists", default="uniform,zipf")
+    ap.add_argument(
+        "--dists",
+        default="uniform,zipf",
+        help=f"comma list of {', '.join(DISTS)} (recipe: the end-to-end recipe's ids)",
+    )
+    ap.add_argument(
+        "--grad-dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="dtype of the pooled-output gradient (the recipe's bf16 run: bfloat16)",
+    )
     ap.add_argument("--rows-cap", type=int, default=10_000_000)
     ap.add_argument("--batch", type=int, default=65536)
     ap.add_argument("--check-rows-cap", type=int, default=100_000)
@@ -280,6 +326,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU")
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
+    args.grad_dtype = getattr(torch, args.grad_dtype)
     if args.cpu_smoke:
         args.device, args.rows_cap, args.batch, args.rounds, args.reps = "cpu", 200, 4, 2, 1
         args.check_rows_cap, args.check_batch, args.warmup = 100, 2, 1

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts" / "bench"))
@@ -67,3 +68,36 @@ def test_bad_impl_says_what_to_give(impl, says, capsys):
     with pytest.raises(SystemExit) as e:
         bwd_variants.main(["--cpu-smoke", "--impl", impl, "--variants", "table"])
     assert says in str(e.value) and impl.partition("=")[0] in str(e.value)
+
+
+def test_recipe_ids_and_bf16_gradients(tmp_path):
+    """``--dists recipe``: the end-to-end recipe's own id sampler (its config's Zipf exponent),
+    with bf16 output gradients; every variant agrees with the first."""
+    import bwd_variants
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(ROOT / "configs" / "data" / "synthetic.yaml")
+    assert bwd_variants.RECIPE_ZIPF == cfg.zipf_exponent
+    argv = ["--cpu-smoke", "--dists", "recipe", "--grad-dtype", "bfloat16", "--variants",
+            "table,dot16x4", "--out", str(tmp_path)]  # fmt: skip
+    assert bwd_variants.main(argv) == 0
+    res = json.loads((tmp_path / "bwd_variants.json").read_text())
+    assert res["grad_dtype"] == "torch.bfloat16" and all(c["ok"] for c in res["check"].values())
+    case = bwd_variants.dlrm_case(1000, 64, "recipe")
+    idx, off = bwd_variants.inputs(case, torch.device("cpu"), seed=0)[0]
+    assert off[-1] == idx.numel() == 64 * sum(case.hot)
+    feat = torch.arange(len(case.rows)).repeat_interleave(torch.tensor(case.hot) * 64)
+    assert (idx >= 0).all() and (idx < torch.tensor(case.rows)[feat]).all()
+    # Zipf(1.05) with the hottest ids first: id 0 of the 1000-row tables is the most frequent
+    big = [f for f, r in enumerate(case.rows) if r == 1000]
+    counts = torch.bincount(idx[torch.isin(feat, torch.tensor(big))], minlength=1000)
+    assert counts[0] == counts.max() and counts[0] > 20 * counts[500:].float().mean()
+
+
+@pytest.mark.parametrize("argv, says", [(["--dists", "zipff"], "--dists: unknown ['zipff']")])
+def test_bad_dist_says_what_to_use(argv, says):
+    import bwd_variants
+
+    with pytest.raises(SystemExit) as e:
+        bwd_variants.main(["--cpu-smoke", *argv])
+    assert says in str(e.value) and "recipe" in str(e.value)
