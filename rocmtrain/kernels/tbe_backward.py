@@ -382,10 +382,8 @@ def _tile_step(
     # the step's first run continues the open one when the keys match (keys are sorted: only
     # the first run can)
     acc += tl.where((key.to(tl.int64) == open_key)[:, None], open_sum[None, :], 0.0)
-    # border partials and the open run before the update: stored after it, they kept the whole
-    # fp32 step tile alive through the update (sm_90 SASS: 117 -> 104 registers, 11 -> 6 spill
-    # stores under the 80 cap; 1.01x measured, and the prefetch of the next step's keys and bags
-    # that these registers were freed for lost: 0.92-0.97x)
+    # border partials and the open run before the update: stored after it, they keep the whole
+    # fp32 step tile alive through the update (~13 more registers in the stepped loop, sm_90)
     slot = 2 * t.to(tl.int64) + (in_head == 0).to(tl.int64)
     tl.store(partial_ptr + slot[:, None] * BLOCK_D + ds[None, :], acc,
              mask=tl.broadcast_to(cut[:, None], [STEP, BLOCK_D]))  # fmt: skip

@@ -103,6 +103,14 @@ class Case:
         return 4 * self.batch * T * self.dim + wb * self.batch * self.dim * sum(self.hot)
 
 
+def bag_offsets(case: Case, dev) -> torch.Tensor:
+    """F*B+1 offsets (int64) of feature-major bags with the case's fixed bag lengths."""
+    lengths = torch.tensor(case.hot, device=dev).repeat_interleave(case.batch)
+    off = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=dev)
+    off[1:] = lengths.cumsum(0)
+    return off
+
+
 def make_inputs(case: Case, dev, seed: int):
     """``sets`` KJT inputs (indices, F*B+1 offsets in ``case.index_dtype``), feature-major,
     fixed bag lengths."""
@@ -116,9 +124,7 @@ def make_inputs(case: Case, dev, seed: int):
                 vals.append(_zipf(rows, n, dev, g))
             else:
                 vals.append(torch.randint(0, rows, (n,), device=dev, generator=g))
-        lengths = torch.tensor(case.hot, device=dev).repeat_interleave(case.batch)
-        off = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=dev)
-        off[1:] = lengths.cumsum(0)
+        off = bag_offsets(case, dev)
         sets.append((torch.cat(vals).to(case.index_dtype), off.to(case.index_dtype)))
     return sets
 

@@ -143,14 +143,12 @@ def inputs(case: bt.Case, dev, seed: int) -> list[tuple[torch.Tensor, torch.Tens
     sig = PlantedSignal(num_embeddings_per_feature=case.rows, multi_hot_sizes=case.hot,
                         num_dense=1, seed=seed, signal_strength=1.0, num_signal_dense=1,
                         num_signal_sparse=1, zipf_exponent=RECIPE_ZIPF, base_ctr=0.25)  # fmt: skip
-    lengths = torch.tensor(case.hot).repeat_interleave(case.batch)
-    off = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
-    off[1:] = lengths.cumsum(0)
+    off = bt.bag_offsets(case, dev).to(case.index_dtype)
     sets = []
     for k in range(case.sets):
         ids = sig.sample_ids((case.batch, sum(case.hot)), generator(seed, 10 + k))
         idx = torch.cat([x.reshape(-1) for x in ids])  # feature-major, a bag's ids contiguous
-        sets.append((idx.to(dev), off.to(dev)))
+        sets.append((idx.to(dev, case.index_dtype), off))
     return sets
 
 
