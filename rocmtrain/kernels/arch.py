@@ -19,6 +19,7 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from rocmtrain.platform import DeviceInfo, normalize_gfx_arch, warp_size_for_arch
@@ -127,6 +128,9 @@ class FwdTile:
     """Most positions of one bag per loop step."""
     waves_per_eu: int = 0
     """AMD occupancy hint; 0 = the arch's default. Ignored off AMD."""
+    prefetch: bool = False
+    """Load the next loop step's indices before this step's row gathers (bags that take
+    several steps: one dependent load off each step's indices -> rows chain)."""
 
 
 # One-hot features (L <= 1.5 on average: 13 of the 26 DLRM-DCNv2 features) need no position loop:
@@ -193,6 +197,8 @@ class LaunchConfig:
     hot_num_warps: int = 0
     maxnreg: int = 0
     steps: int = 1
+    prefetch: bool = False
+    """Forward: load the next loop step's indices before this step's row gathers."""
 
     def hot_launch_kwargs(self) -> dict[str, int]:
         """Launch options of the hot-row kernels (their own lane count)."""
@@ -216,12 +222,13 @@ class LaunchConfig:
 
 def forward_config(
     info: DeviceInfo, *, max_dim: int, avg_len: float, elem_bytes: int, block_l: int | None = None,
-    bags: int | None = None, lanes: int | None = None,
+    bags: int | None = None, lanes: int | None = None, prefetch: bool | None = None,
 ) -> LaunchConfig:  # fmt: skip
     """Forward tile for bags of average length ``avg_len`` over dims up to ``max_dim``: the
     arch's one-hot tile when ``avg_len <= ONEHOT_MAX_LEN``, else its multi-hot tile.
 
-    ``block_l``/``bags``/``lanes`` override the table (the autotuner's candidates).
+    ``block_l``/``bags``/``lanes``/``prefetch`` override the table (the autotuner's
+    candidates).
     """
     key = arch_key(info)
     p = ARCH_TABLE[key]
@@ -242,6 +249,7 @@ def forward_config(
         num_stages=p.num_stages,
         waves_per_eu=ft.waves_per_eu or p.waves_per_eu,
         is_amd=info.backend == "rocm",
+        prefetch=ft.prefetch if prefetch is None else prefetch,
     )
 
 
@@ -282,7 +290,11 @@ def forward_candidates(
                     add(cfg)
                     if cfg.is_amd:
                         for wpe in (1, 2, 4):
-                            add(LaunchConfig(**{**cfg.__dict__, "waves_per_eu": wpe}))
+                            add(dataclasses.replace(cfg, waves_per_eu=wpe))
+    # each tile with and without the index prefetch where a bag takes two steps or more
+    for cfg in list(out):
+        if 2 * cfg.block_l <= avg_len:
+            add(dataclasses.replace(cfg, prefetch=not cfg.prefetch))
     return out
 
 

@@ -264,19 +264,22 @@ def _bwd_tile_kernel(
         # so no per-position keys, cut flags, rows or state, just the gradient rows' sum into
         # one partial (head: slot 2t, else 2t + 1)
         if TILE == STEP:
-            piece_sum = _piece_step(
+            piece_sum = tl.sum(_piece_step(
                 t0, t1, k0, weights_ptr, go_ptr, go_stride, perm_ptr, bags_ptr, offsets_ptr,
                 psw_ptr, dpsw_ptr, B, BAG_SHIFT, f_woff_ptr, f_roff_ptr, f_dim_ptr, f_doff_ptr,
                 HAS_PSW, MEAN, NEED_DPSW, VEC, DIM, STEP, BLOCK_D, BAG_SORTED,
-            )  # fmt: skip
+            ), axis=0)  # fmt: skip
         else:
-            piece_sum = tl.zeros([BLOCK_D], dtype=tl.float32)
+            # the steps' tiles are summed in registers and reduced across warps once: a
+            # reduction per step is a shared-memory round trip and a barrier every step
+            piece_acc = tl.zeros([STEP, BLOCK_D], dtype=tl.float32)
             for s in range(t0, t1, STEP):
-                piece_sum += _piece_step(
+                piece_acc += _piece_step(
                     s, t1, k0, weights_ptr, go_ptr, go_stride, perm_ptr, bags_ptr, offsets_ptr,
                     psw_ptr, dpsw_ptr, B, BAG_SHIFT, f_woff_ptr, f_roff_ptr, f_dim_ptr,
                     f_doff_ptr, HAS_PSW, MEAN, NEED_DPSW, VEC, DIM, STEP, BLOCK_D, BAG_SORTED,
                 )  # fmt: skip
+            piece_sum = tl.sum(piece_acc, axis=0)
         piece = 2 * t.to(tl.int64) + 1 - head.to(tl.int64)
         tl.store(partial_ptr + piece * BLOCK_D + ds, piece_sum)
     else:
@@ -310,8 +313,8 @@ def _piece_step(
     HAS_PSW: tl.constexpr, MEAN: tl.constexpr, NEED_DPSW: tl.constexpr, VEC: tl.constexpr,
     DIM: tl.constexpr, STEP: tl.constexpr, BLOCK_D: tl.constexpr, BAG_SORTED: tl.constexpr,
 ):  # fmt: skip
-    """fp32 sum of the gradient rows of sorted positions ``[s, min(s + STEP, t1))``, all of row
-    ``k0`` (d psw written for each)."""
+    """fp32 gradient rows ``[STEP, BLOCK_D]`` of sorted positions ``[s, min(s + STEP, t1))``
+    (zeros past ``t1``), all of row ``k0``, for the caller to sum (d psw written for each)."""
     q = s + tl.arange(0, STEP)
     qm = q < t1
     ds = tl.arange(0, BLOCK_D)
@@ -326,7 +329,7 @@ def _piece_step(
         tl.store(dpsw_ptr + orig, tl.sum(g * w, axis=1), mask=qm)
     if HAS_PSW:
         g = g * tl.load(psw_ptr + orig, mask=qm, other=0.0).to(tl.float32)[:, None]
-    return tl.sum(g, axis=0)
+    return g
 
 
 @triton.jit

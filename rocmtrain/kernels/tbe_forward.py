@@ -50,6 +50,7 @@ def _tbe_fwd_kernel(
     BAGS: tl.constexpr,
     BLOCK_L: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     pid_b = tl.program_id(0)
     f = tl.load(feat_ptr + tl.program_id(1))  # this launch's feature group (one-/multi-hot)
@@ -75,10 +76,20 @@ def _tbe_fwd_kernel(
     dmask = (ds // VEC) < (D // VEC)  # == ds < D (VEC divides D); keeps masks VEC-constant
     acc = tl.zeros([BAGS, BLOCK_L, BLOCK_D], dtype=tl.float32)
     nbad = tl.zeros([BAGS, BLOCK_L], dtype=tl.int32)
+    if PREFETCH:  # the first step's indices; each step then loads the next step's
+        nxt = tl.load(indices_ptr + start[:, None] + ls[None, :],
+                      mask=ls[None, :] < length[:, None], other=0)  # fmt: skip
     for l0 in range(0, max_len, BLOCK_L):
         pos = start[:, None] + l0 + ls[None, :]  # [BAGS, BLOCK_L]
         pmask = (l0 + ls[None, :]) < length[:, None]
-        idx = tl.load(indices_ptr + pos, mask=pmask, other=0).to(tl.int64)
+        if PREFETCH:
+            # issued before this step's row gathers, so the indices -> rows chain of the next
+            # step does not wait for a fresh index load
+            idx = nxt.to(tl.int64)
+            nxt = tl.load(indices_ptr + pos + BLOCK_L,
+                          mask=(l0 + BLOCK_L + ls[None, :]) < length[:, None], other=0)  # fmt: skip
+        else:
+            idx = tl.load(indices_ptr + pos, mask=pmask, other=0).to(tl.int64)
         valid = pmask & (idx >= 0) & (idx < rows)
         if COUNT_BAD:
             nbad += tl.where(pmask & ~valid, 1, 0)
@@ -139,7 +150,7 @@ def _launch(cfg: LaunchConfig, layout, weights, indices, offsets, psw, out, pool
         bad_count if bad_count is not None else feats, B, out.stride(0),
         COUNT_BAD=bad_count is not None, HAS_PSW=psw is not None, MEAN=pooling == "mean",
         VEC=_vec(layout), DIM=_uniform_dim(layout),
-        BAGS=cfg.bags, BLOCK_L=cfg.block_l, BLOCK_D=cfg.block_d,
+        BAGS=cfg.bags, BLOCK_L=cfg.block_l, BLOCK_D=cfg.block_d, PREFETCH=cfg.prefetch,
         **cfg.launch_kwargs(),
     )  # fmt: skip
 

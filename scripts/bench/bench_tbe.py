@@ -32,6 +32,10 @@ Timing that one noisy reading cannot decide:
   (names, us) in the JSON, so which FBGEMM path ran (and any index cast) is on record;
 - ``--index-dtype int32`` feeds int32 indices/offsets to every provider (FBGEMM has separate
   int32 / int64 kernels); the default is int64, KJT's usual dtype.
+``--autotune`` times every forward tile candidate of each case by kernel time alone (a CUDA graph
+of 20 launches per reading, L2 flushed, 5 interleaved rounds) and reports for each tile that has
+an index-prefetch twin the per-round ratio twin / tile, so a table entry is chosen on a median
+with its range, not one reading.
 Bytes FBGEMM's way: forward = 4*B*sum(D) + w_bytes*B*sum(D)*L; training modes 3x that. The
 device copy bandwidth (read+write, 1 GiB) is measured in the same run, in rounds too.
 
@@ -51,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gc
 import json
 import math
@@ -732,8 +737,14 @@ def targets(results: list[Result]) -> list[str]:
     return out
 
 
-def autotune_report(case: Case, dev) -> list[dict]:
-    """Time every forward tile candidate of ``case`` (ours); the fastest first."""
+def autotune_report(case: Case, dev, rounds: int = 5) -> list[dict]:
+    """Time every forward tile candidate of ``case`` (ours), the fastest (median) first.
+
+    Kernel time only: on a GPU each reading replays a CUDA graph of ``launches`` captured
+    launches (no host time, which at this size is as long as the kernel and moves from run to
+    run), after an L2 flush; the candidates run in ``rounds`` interleaved rounds (rotating
+    order). Each row: the tile, ``ms`` median/min/max per launch, ``gbps`` at the median, and
+    for a tile with an index-prefetch twin the per-round ratio twin / this tile."""
     import rocmtrain.kernels.tbe_forward as tf
     from rocmtrain.kernels.arch import forward_candidates
 
@@ -746,19 +757,47 @@ def autotune_report(case: Case, dev) -> list[dict]:
     cands = forward_candidates(info, max_dim=lay.max_dim, avg_len=avg, elem_bytes=w.element_size(),
                                wide=True)  # fmt: skip
     out_t = torch.empty(B, lay.total_dim, device=dev)
-    timer = Timer(dev, reps=20 if dev.type == "cuda" else 1)
-    rows = []
+    gpu = dev.type == "cuda"
+    launches = 20 if gpu else 1
+    timer = Timer(dev, reps=1)
+    fns = []
     for cfg in cands:
 
         def call(cfg=cfg):
             tf._launch(cfg, lay, w, idx, off, None, out_t, "sum", B)
 
-        call()
-        ms = statistics.median(timer.time(call) for _ in range(3))
-        rows.append({"table": cfg is cands[0], "bags": cfg.bags, "block_l": cfg.block_l, "num_warps": cfg.num_warps,
-                     "waves_per_eu": cfg.waves_per_eu, "ms": ms,
-                     "gbps": case.fwd_bytes / ms / 1e6})  # fmt: skip
-    return sorted(rows, key=lambda r: r["ms"])
+        call()  # compile outside the capture
+        if gpu:
+            torch.cuda.synchronize(dev)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(launches):
+                    call()
+            fns.append(g.replay)
+        else:
+            fns.append(call)
+    times: list[list[float]] = [[] for _ in cands]
+    for r in range(rounds):
+        order = list(range(len(cands)))
+        order = order[r % len(order) :] + order[: r % len(order)]
+        for k in order:
+            times[k].append(timer.time(fns[k]) / launches)
+    rows = []
+    for k, cfg in enumerate(cands):
+        twin = next((j for j, c in enumerate(cands)
+                     if dataclasses.replace(c, prefetch=cfg.prefetch) == cfg and c != cfg), None)  # fmt: skip
+        ms = summary(times[k])
+        rows.append({"table": k == 0, "bags": cfg.bags, "block_l": cfg.block_l,
+                     "num_warps": cfg.num_warps, "waves_per_eu": cfg.waves_per_eu,
+                     "prefetch": cfg.prefetch, "ms": ms, "gbps": case.fwd_bytes / ms["median"] / 1e6,
+                     "twin_over_this": None if twin is None else summary(
+                         [b / a for a, b in zip(times[k], times[twin], strict=True)])})  # fmt: skip
+    return sorted(rows, key=lambda r: r["ms"]["median"])
+
+
+def _tile(r: dict) -> str:
+    return (f"bags={r['bags']} block_l={r['block_l']} num_warps={r['num_warps']} "
+            f"waves_per_eu={r['waves_per_eu']} prefetch={int(r['prefetch'])}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -786,7 +825,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-torch", action="store_true", help="skip torch.nn.EmbeddingBag")
     ap.add_argument("--autotune", action="store_true",
                     help="print the best forward tile per case (for kernels/arch.py)")  # fmt: skip
-    ap.add_argument("--only", default="", help="run only cases whose name contains this")
+    ap.add_argument("--only", default="",
+                    help="run only cases whose name contains one of these (comma list)")  # fmt: skip
     args = ap.parse_args(argv)
     if args.cpu_smoke:
         args.device = "cpu"
@@ -817,17 +857,17 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     tune: dict[str, list] = {}
     for case in cases(args, dev):
-        if args.only and args.only not in case.name:
+        if args.only and not any(x in case.name for x in args.only.split(",")):
             continue
         t = time.time()
         if args.autotune:
             try:
                 tune[case.name] = autotune_report(case, dev)
                 b = tune[case.name][0]
-                print(f"[autotune] {case.name}: best bags={b['bags']} block_l={b['block_l']} "
-                      f"num_warps={b['num_warps']} waves_per_eu={b['waves_per_eu']} "
-                      f"{b['ms']:.4f} ms ({b['gbps']:.0f} GB/s); table's choice "
-                      f"{next(r for r in tune[case.name] if r['table'])['ms']:.4f} ms", flush=True)  # fmt: skip
+                tab = next(r for r in tune[case.name] if r["table"])
+                print(f"[autotune] {case.name}: best {_tile(b)} {fmt_range(b['ms'], '.4f')} ms "
+                      f"({b['gbps']:.0f} GB/s); table's choice {_tile(tab)} "
+                      f"{fmt_range(tab['ms'], '.4f')} ms", flush=True)  # fmt: skip
             except Exception as e:  # the tuning sweep is advisory: note it, keep going
                 print(f"[autotune] {case.name} failed: {type(e).__name__}: {e}", flush=True)
                 tune.pop(case.name, None)
@@ -862,9 +902,11 @@ def main(argv: list[str] | None = None) -> int:
                 if not (v <= tol[k])]  # fmt: skip
     md += "\n\nTargets (judged by the ratio's lower bound over rounds):\n" + "\n".join(tg)
     if tune:
-        md += "\n\nForward autotune (best tile per case):\n" + "\n".join(
-            f"- {k}: bags={v[0]['bags']} block_l={v[0]['block_l']} num_warps={v[0]['num_warps']}"
-            f" waves_per_eu={v[0]['waves_per_eu']}: {v[0]['ms']:.4f} ms" for k, v in tune.items())  # fmt: skip
+        md += "\n\nForward autotune (kernel time per launch, CUDA graphs, interleaved rounds; " \
+              "best tile per case, then the table's):\n" + "\n".join(
+            f"- {k}: {_tile(v[0])}: {fmt_range(v[0]['ms'], '.4f')} ms; table "
+            f"{_tile(t)}: {fmt_range(t['ms'], '.4f')} ms"
+            for k, v in tune.items() for t in [next(r for r in v if r["table"])])  # fmt: skip
     kern = {}
     for r in results:  # the per-kernel split of one call, in launch order (all cases: JSON)
         if r.kernels and r.case in TARGET_CASES and r.provider != "torch_dense":

@@ -243,3 +243,26 @@ def test_gpu_forward_feature_groups_and_backward_kernel_count():
     assert not any("nonzero" in n or "flag_kernel" in n for n in names), names
     assert sum("index_elementwise" in n for n in names) == int(cfg.bag_sorted), names
     print(f"backward GPU launches: {len(names)}: {names}")
+
+
+@pytest.mark.parametrize("wdtype", [torch.float32, torch.float16])
+def test_gpu_every_forward_candidate_matches_oracle(wdtype):
+    """Every tile the autotuner may pick on this GPU (each with and without the next-step index
+    prefetch) compiles and gives the fp64 oracle's pooled rows, bags of 0 to 40 ids."""
+    import rocmtrain.kernels.tbe_forward as tf
+    from rocmtrain.kernels.arch import forward_candidates
+
+    m = TableBatchedEmbeddingBags(TABLES, feature_table_map=FMAP, weights_dtype=wdtype,
+                                  backend="triton", device="cuda")  # fmt: skip
+    case = make_case(TABLES, FMAP, B=301, seed=5, max_len=40)
+    w0 = [w.cpu().clone() for w in m.split_embedding_weights()]
+    ref = oracle_forward(w0, case, "sum")
+    lay, w = m.layout, m.weights.data
+    idx, off = case.indices.cuda(), case.offsets.cuda()
+    cands = forward_candidates(tf._device_info(0), max_dim=lay.max_dim, avg_len=20.0,
+                               elem_bytes=w.element_size())  # fmt: skip
+    assert {c.prefetch for c in cands} == {False, True}
+    for cfg in cands:
+        out = torch.full((case.B, lay.total_dim), float("nan"), device="cuda")
+        tf._launch(cfg, lay, w, idx, off, None, out, "sum", case.B)
+        assert_close(out.cpu(), ref, torch.float32, f"gpu forward {cfg}", terms=40)

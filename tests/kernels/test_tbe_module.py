@@ -519,3 +519,27 @@ def test_hot_row_gpu_tiles_two_level_reduction(monkeypatch, hot_tiles, hot_block
     m = TableBatchedEmbeddingBags(tables, feature_table_map=fmap, backend="triton",
                                   optimizer=OptimizerSpec(**opt), seed=2)  # fmt: skip
     _check_step_vs_oracle(m, case, opt, "sum", 600, f"gpu tiles {kind} ht={hot_tiles}")
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the interpreter")
+@pytest.mark.parametrize("arch_name", ["sm_90", "gfx942"])
+def test_every_forward_candidate_matches_oracle(arch_name):
+    """Every tile the autotuner may pick (bags, BLOCK_L, lanes, waves_per_eu, and each with and
+    without the next-step index prefetch) gives the oracle's pooled rows on bags of 0 to 9 ids,
+    where a bag takes several loop steps and the prefetch reads past a bag's last step."""
+    import rocmtrain.kernels.tbe_forward as tf
+    from rocmtrain.kernels.arch import forward_candidates
+    from rocmtrain.platform import DeviceInfo
+
+    info = {"sm_90": DeviceInfo(0, "H200", "cuda", "sm_90", 32, 132, 1 << 37),
+            "gfx942": DeviceInfo(0, "MI300X", "rocm", "gfx942", 64, 304, 1 << 37)}[arch_name]  # fmt: skip
+    m = _module("triton")
+    case = make_case(TABLES, FMAP, B=11, seed=17, max_len=9)
+    lay, w = m.layout, m.weights.data
+    cands = forward_candidates(info, max_dim=lay.max_dim, avg_len=4.0, elem_bytes=4)
+    assert {c.prefetch for c in cands} == {False, True}
+    ref = oracle_forward([t.clone() for t in m.split_embedding_weights()], case, "sum")
+    for cfg in cands:
+        out = torch.full((case.B, lay.total_dim), float("nan"))
+        tf._launch(cfg, lay, w, case.indices, case.offsets, None, out, "sum", case.B)
+        assert_close(out, ref, torch.float32, f"forward {cfg}")
