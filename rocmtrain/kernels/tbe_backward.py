@@ -37,7 +37,6 @@ import triton
 import triton.language as tl
 
 from .arch import backward_config, forward_config
-from .launch import Launcher
 from .layout import TBELayout
 from .optim import OptimizerSpec
 from .tbe_forward import _device_info, _uniform_dim, _vec
@@ -265,8 +264,10 @@ def _bwd_tile_kernel(
         # so no per-position keys, cut flags, rows or state, just the gradient rows' sum into
         # one partial (head: slot 2t, else 2t + 1)
         if TILE == STEP:
+            qb = t0 + tl.arange(0, STEP)
+            bag0 = _sorted_bags(bags_ptr, perm_ptr, qb, qb < t1, qb < t1, BAG_SORTED)
             piece_sum = tl.sum(_piece_step(
-                t0, t1, k0, weights_ptr, go_ptr, go_stride, perm_ptr, bags_ptr, offsets_ptr,
+                t0, t1, k0, bag0, weights_ptr, go_ptr, go_stride, perm_ptr, bags_ptr, offsets_ptr,
                 psw_ptr, dpsw_ptr, B, BAG_SHIFT, f_woff_ptr, f_roff_ptr, f_dim_ptr, f_doff_ptr,
                 HAS_PSW, MEAN, NEED_DPSW, VEC, DIM, STEP, BLOCK_D, BAG_SORTED,
             ), axis=0)  # fmt: skip
@@ -274,9 +275,16 @@ def _bwd_tile_kernel(
             # the steps' tiles are summed in registers and reduced across warps once: a
             # reduction per step is a shared-memory round trip and a barrier every step
             piece_acc = tl.zeros([STEP, BLOCK_D], dtype=tl.float32)
+            qb = t0 + tl.arange(0, STEP)
+            bag_n = _sorted_bags(bags_ptr, perm_ptr, qb, qb < t1, qb < t1, BAG_SORTED)
             for s in range(t0, t1, STEP):
+                # the next step's bags load before this step's gradient rows: one dependent
+                # load less per step (the piece path has registers to spare, the tile path not)
+                bag = bag_n
+                qb = s + STEP + tl.arange(0, STEP)
+                bag_n = _sorted_bags(bags_ptr, perm_ptr, qb, qb < t1, qb < t1, BAG_SORTED)
                 piece_acc += _piece_step(
-                    s, t1, k0, weights_ptr, go_ptr, go_stride, perm_ptr, bags_ptr, offsets_ptr,
+                    s, t1, k0, bag, weights_ptr, go_ptr, go_stride, perm_ptr, bags_ptr, offsets_ptr,
                     psw_ptr, dpsw_ptr, B, BAG_SHIFT, f_woff_ptr, f_roff_ptr, f_dim_ptr,
                     f_doff_ptr, HAS_PSW, MEAN, NEED_DPSW, VEC, DIM, STEP, BLOCK_D, BAG_SORTED,
                 )  # fmt: skip
@@ -309,17 +317,17 @@ def _bwd_tile_kernel(
 
 @triton.jit
 def _piece_step(
-    s, t1, k0, weights_ptr, go_ptr, go_stride, perm_ptr, bags_ptr, offsets_ptr, psw_ptr,
+    s, t1, k0, bag, weights_ptr, go_ptr, go_stride, perm_ptr, bags_ptr, offsets_ptr, psw_ptr,
     dpsw_ptr, B, BAG_SHIFT, f_woff_ptr, f_roff_ptr, f_dim_ptr, f_doff_ptr,
     HAS_PSW: tl.constexpr, MEAN: tl.constexpr, NEED_DPSW: tl.constexpr, VEC: tl.constexpr,
     DIM: tl.constexpr, STEP: tl.constexpr, BLOCK_D: tl.constexpr, BAG_SORTED: tl.constexpr,
 ):  # fmt: skip
     """fp32 gradient rows ``[STEP, BLOCK_D]`` of sorted positions ``[s, min(s + STEP, t1))``
-    (zeros past ``t1``), all of row ``k0``, for the caller to sum (d psw written for each)."""
+    (zeros past ``t1``; their packed bags ``bag`` loaded by the caller), all of row ``k0``, for
+    the caller to sum (d psw written for each)."""
     q = s + tl.arange(0, STEP)
     qm = q < t1
     ds = tl.arange(0, BLOCK_D)
-    bag = _sorted_bags(bags_ptr, perm_ptr, q, qm, qm, BAG_SORTED)
     g = _grad_rows(go_ptr, go_stride, offsets_ptr, bag, qm, ds, B, BAG_SHIFT, f_dim_ptr,
                    f_doff_ptr, MEAN, VEC, DIM)  # fmt: skip
     if HAS_PSW or NEED_DPSW:
@@ -587,10 +595,6 @@ def fill_scalars(scal: torch.Tensor, spec: OptimizerSpec, step: int, seed: int) 
     write_scalars(scal, scalar_values(spec, step, seed, stochastic_rounding=True))
 
 
-_KEYS, _TILE = Launcher(_keys_kernel), Launcher(_bwd_tile_kernel)
-_HOT_CARRY, _HOT = Launcher(_bwd_hot_carry_kernel), Launcher(_bwd_hot_kernel)
-
-
 def backward_update(
     layout: TBELayout,
     weights: torch.Tensor,
@@ -643,8 +647,7 @@ def backward_update(
     bdtype = torch.int32 if F << shift < 2**31 else torch.int64
     bags = torch.empty(N, dtype=bdtype, device=dev)
     kcfg = forward_config(info, max_dim=1, avg_len=N / (F * B), elem_bytes=4)
-    _KEYS.run(
-        (triton.cdiv(F * B, kcfg.bags),),
+    _keys_kernel[(triton.cdiv(F * B, kcfg.bags),)](
         indices, offsets, keys, bags, meta.rows, meta.row_offset, B, F, shift, total_rows,
         BAGS=kcfg.bags, BLOCK_L=kcfg.block_l, num_warps=kcfg.num_warps,
     )  # fmt: skip
@@ -666,8 +669,7 @@ def backward_update(
     m2 = states.get("exp_avg_sq", dummy)
     go = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()
     psw = per_sample_weights
-    _TILE.run(
-        (n_tiles,),
+    _bwd_tile_kernel[(n_tiles,)](
         weights, mom, m1, m2, go, go.stride(0),
         sorted_keys, perm, bags, offsets, psw if psw is not None else dummy,
         dpsw if dpsw is not None else dummy, partial, scal, N, B, shift, total_rows,
@@ -687,13 +689,11 @@ def backward_update(
         if n_blocks > 1:
             carry = torch.empty(n_blocks, cfg.block_d, dtype=torch.float32, device=dev)
             start = torch.empty(n_blocks, dtype=torch.int32, device=dev)
-            _HOT_CARRY.run(
-                (n_blocks,),
+            _bwd_hot_carry_kernel[(n_blocks,)](
                 sorted_keys, partial, carry, start, N, total_rows,
                 TILE=tile, HT=ht, BLOCK_D=cfg.block_d, REDUCE=cfg.reduce, **cfg.hot_launch_kwargs(),
             )  # fmt: skip
-        _HOT.run(
-            (n_blocks,),
+        _bwd_hot_kernel[(n_blocks,)](
             weights, mom, m1, m2, sorted_keys, perm, bags, partial, carry, start, scal, N,
             shift, total_rows, meta.weights_offset, meta.row_offset, meta.dim, HT=ht,
             BLOCK_T=cfg.hot_block, BLOCK_D=cfg.block_d, BAG_SORTED=cfg.bag_sorted,
