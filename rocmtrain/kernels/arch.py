@@ -153,6 +153,11 @@ FWD_TILES: dict[str, dict[str, FwdTile]] = {
     "nvidia": {"onehot": FwdTile(128, 16, 16, 1), "multihot": FwdTile(128, 16, 16, 16)},
     "cpu": {"onehot": FwdTile(32, 2048, 256, 1), "multihot": FwdTile(32, 2048, 256, 64)},
 }
+# The backward's keys kernel walks the same bags x BLOCK_L grid of positions as the forward but
+# writes one key and one bag per position instead of gathering rows, so it keeps the tiles it was
+# measured with: borrowing sm_90's 64-lane, 2-position multi-hot tile took it from 162 to 343 us
+# at the DLRM table set and from 3 to 11 us at L=32 (H200; BENCHMARKS.md, eleventh session).
+KEYS_TILES: dict[str, dict[str, FwdTile]] = {**FWD_TILES, "sm_90": FWD_TILES["sm_80"]}
 ONEHOT_MAX_LEN = 1.5
 """Mean bag length up to which a feature group uses the one-hot tile."""
 
@@ -229,16 +234,17 @@ class LaunchConfig:
 def forward_config(
     info: DeviceInfo, *, max_dim: int, avg_len: float, elem_bytes: int, block_l: int | None = None,
     bags: int | None = None, lanes: int | None = None, prefetch: bool | None = None,
+    tiles: dict[str, dict[str, FwdTile]] | None = None,
 ) -> LaunchConfig:  # fmt: skip
     """Forward tile for bags of average length ``avg_len`` over dims up to ``max_dim``: the
     arch's one-hot tile when ``avg_len <= ONEHOT_MAX_LEN``, else its multi-hot tile.
 
     ``block_l``/``bags``/``lanes``/``prefetch`` override the table (the autotuner's
-    candidates).
+    candidates); ``tiles`` replaces ``FWD_TILES`` (the keys kernel's ``KEYS_TILES``).
     """
     key = arch_key(info)
     p = ARCH_TABLE[key]
-    ft = FWD_TILES[key]["onehot" if avg_len <= ONEHOT_MAX_LEN else "multihot"]
+    ft = (tiles or FWD_TILES)[key]["onehot" if avg_len <= ONEHOT_MAX_LEN else "multihot"]
     lanes = lanes or ft.lanes
     block_d = min(_pow2_ceil(max_dim), 512 if elem_bytes <= 2 else 256)
     tile = max(lanes * ft.bytes_per_lane // elem_bytes, block_d)  # elements per loop step
@@ -257,6 +263,12 @@ def forward_config(
         is_amd=info.backend == "rocm",
         prefetch=ft.prefetch if prefetch is None else prefetch,
     )
+
+
+def keys_config(info: DeviceInfo, *, avg_len: float) -> LaunchConfig:
+    """Tile of the backward's keys kernel (``KEYS_TILES``): bags x ``BLOCK_L`` positions per
+    program, one int32 index read per position."""
+    return forward_config(info, max_dim=1, avg_len=avg_len, elem_bytes=4, tiles=KEYS_TILES)
 
 
 def forward_candidates(

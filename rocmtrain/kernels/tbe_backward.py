@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .arch import backward_config, forward_config
+from .arch import backward_config, keys_config
 from .layout import TBELayout
 from .optim import OptimizerSpec
 from .tbe_forward import _device_info, _uniform_dim, _vec
@@ -646,7 +646,7 @@ def backward_update(
     shift = max(1, (B - 1).bit_length())  # bag = feature << shift | sample
     bdtype = torch.int32 if F << shift < 2**31 else torch.int64
     bags = torch.empty(N, dtype=bdtype, device=dev)
-    kcfg = forward_config(info, max_dim=1, avg_len=N / (F * B), elem_bytes=4)
+    kcfg = keys_config(info, avg_len=N / (F * B))
     _keys_kernel[(triton.cdiv(F * B, kcfg.bags),)](
         indices, offsets, keys, bags, meta.rows, meta.row_offset, B, F, shift, total_rows,
         BAGS=kcfg.bags, BLOCK_L=kcfg.block_l, num_warps=kcfg.num_warps,

@@ -543,3 +543,19 @@ def test_every_forward_candidate_matches_oracle(arch_name):
         out = torch.full((case.B, lay.total_dim), float("nan"))
         tf._launch(cfg, lay, w, case.indices, case.offsets, None, out, "sum", case.B)
         assert_close(out, ref, torch.float32, f"forward {cfg}")
+
+
+def test_keys_kernel_keeps_its_measured_tile():
+    """The backward's keys kernel does not follow the forward's tile table: on sm_90 it keeps
+    128 lanes and up to 16 positions x 16 bags per program (the forward's 64-lane, 2-position
+    multi-hot tile doubled its time on the H200); elsewhere the two tables agree."""
+    from rocmtrain.kernels.arch import FWD_TILES, KEYS_TILES, forward_config, keys_config
+    from rocmtrain.platform import DeviceInfo
+
+    h200 = DeviceInfo(0, "H200", "cuda", "sm_90", 32, 132, 1 << 37)
+    k = keys_config(h200, avg_len=32.0)
+    assert (k.bags, k.block_l, k.num_warps) == (16, 16, 4)
+    assert keys_config(h200, avg_len=1.0).block_l == 1
+    f = forward_config(h200, max_dim=1, avg_len=32.0, elem_bytes=4)
+    assert (f.block_l, f.num_warps) == (2, 2)  # the forward's own tile moved on
+    assert {a for a in FWD_TILES if FWD_TILES[a] != KEYS_TILES[a]} == {"sm_90"}
