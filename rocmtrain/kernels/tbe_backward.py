@@ -39,7 +39,7 @@ import triton.language as tl
 from .arch import backward_config, keys_config
 from .layout import TBELayout
 from .optim import OptimizerSpec
-from .tbe_forward import _device_info, _uniform_dim, _vec
+from .tbe_forward import _device_info, _uniform_dim, _vec, cdiv
 
 _OPT_CODE = {"sgd": 0, "rowwise_adagrad": 1, "adam": 2}
 
@@ -647,7 +647,7 @@ def backward_update(
     bdtype = torch.int32 if F << shift < 2**31 else torch.int64
     bags = torch.empty(N, dtype=bdtype, device=dev)
     kcfg = keys_config(info, avg_len=N / (F * B))
-    _keys_kernel[(triton.cdiv(F * B, kcfg.bags),)](
+    _keys_kernel[(cdiv(F * B, kcfg.bags),)](
         indices, offsets, keys, bags, meta.rows, meta.row_offset, B, F, shift, total_rows,
         BAGS=kcfg.bags, BLOCK_L=kcfg.block_l, num_warps=kcfg.num_warps,
     )  # fmt: skip
@@ -656,7 +656,7 @@ def backward_update(
         bags = bags[perm]
 
     # 2. fixed tiles of sorted positions: segmented reduce + fused update, partials at borders
-    n_tiles = triton.cdiv(N, tile)
+    n_tiles = cdiv(N, tile)
     partial = torch.empty(2 * n_tiles, cfg.block_d, dtype=torch.float32, device=dev)
     opt = dict(
         OPT=_OPT_CODE[spec.kind], SR=sr,
@@ -684,7 +684,7 @@ def backward_update(
     #    the carries of the blocks before it (fixed order) and updates the row
     if N > tile:
         ht = cfg.hot_tiles
-        n_blocks = triton.cdiv(n_tiles, ht)
+        n_blocks = cdiv(n_tiles, ht)
         carry = start = scal  # one block: no segment leaves it, no carries
         if n_blocks > 1:
             carry = torch.empty(n_blocks, cfg.block_d, dtype=torch.float32, device=dev)

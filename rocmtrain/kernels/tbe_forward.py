@@ -134,6 +134,12 @@ def _uniform_dim(layout: TBELayout) -> int:
 
 
 @functools.cache
+def cdiv(a: int, b: int) -> int:
+    """Host-side ceil(a / b) for launch grids (``triton.cdiv`` is a constexpr function whose
+    argument unwrapping costs microseconds per call on the launch path)."""
+    return -(-a // b)
+
+
 @functools.cache
 def _device_info(index: int | None) -> DeviceInfo:
     """The device's description, read once per process: reading the properties costs host time
@@ -146,7 +152,7 @@ def _launch(cfg: LaunchConfig, layout, weights, indices, offsets, psw, out, pool
     meta = layout.meta(weights.device)
     feats = _all_features(layout.num_features, weights.device) if feats is None else feats
     max_dim = max_dim or layout.max_dim
-    grid = (triton.cdiv(B, cfg.bags), feats.numel(), triton.cdiv(max_dim, cfg.block_d))
+    grid = (cdiv(B, cfg.bags), feats.numel(), cdiv(max_dim, cfg.block_d))
     _tbe_fwd_kernel[grid](
         weights, indices, offsets, psw if psw is not None else weights, out,
         meta.weights_offset, meta.rows, meta.dim, meta.d_offsets, feats,
