@@ -154,10 +154,14 @@ FWD_TILES: dict[str, dict[str, FwdTile]] = {
     "cpu": {"onehot": FwdTile(32, 2048, 256, 1), "multihot": FwdTile(32, 2048, 256, 64)},
 }
 # The backward's keys kernel walks the same bags x BLOCK_L grid of positions as the forward but
-# writes one key and one bag per position instead of gathering rows, so it keeps the tiles it was
-# measured with: borrowing sm_90's 64-lane, 2-position multi-hot tile took it from 162 to 343 us
-# at the DLRM table set and from 3 to 11 us at L=32 (H200; BENCHMARKS.md, eleventh session).
-KEYS_TILES: dict[str, dict[str, FwdTile]] = {**FWD_TILES, "sm_90": FWD_TILES["sm_80"]}
+# writes one key and one bag per position instead of gathering rows, so on sm_90 it keeps the tile
+# it had before the forward's changed: with the 64-lane, 2-position multi-hot tile its profiled
+# call took 343 instead of 162 us at the DLRM table set and 10-12 instead of 3 us at L=32 (H200,
+# one profiled call per case and sweep; BENCHMARKS.md, eleventh session).
+KEYS_TILES: dict[str, dict[str, FwdTile]] = {
+    **FWD_TILES,
+    "sm_90": {"onehot": FwdTile(128, 32, 32, 1), "multihot": FwdTile(128, 32, 16, 16)},
+}
 ONEHOT_MAX_LEN = 1.5
 """Mean bag length up to which a feature group uses the one-hot tile."""
 

@@ -267,7 +267,7 @@ def _bwd_tile_kernel(
             qb = t0 + tl.arange(0, STEP)
             bag0 = _sorted_bags(bags_ptr, perm_ptr, qb, qb < t1, qb < t1, BAG_SORTED)
             piece_sum = tl.sum(_piece_step(
-                t0, t1, k0, bag0, weights_ptr, go_ptr, go_stride, perm_ptr, bags_ptr, offsets_ptr,
+                t0, t1, k0, bag0, weights_ptr, go_ptr, go_stride, perm_ptr, offsets_ptr,
                 psw_ptr, dpsw_ptr, B, BAG_SHIFT, f_woff_ptr, f_roff_ptr, f_dim_ptr, f_doff_ptr,
                 HAS_PSW, MEAN, NEED_DPSW, VEC, DIM, STEP, BLOCK_D, BAG_SORTED,
             ), axis=0)  # fmt: skip
@@ -284,7 +284,7 @@ def _bwd_tile_kernel(
                 qb = s + STEP + tl.arange(0, STEP)
                 bag_n = _sorted_bags(bags_ptr, perm_ptr, qb, qb < t1, qb < t1, BAG_SORTED)
                 piece_acc += _piece_step(
-                    s, t1, k0, bag, weights_ptr, go_ptr, go_stride, perm_ptr, bags_ptr, offsets_ptr,
+                    s, t1, k0, bag, weights_ptr, go_ptr, go_stride, perm_ptr, offsets_ptr,
                     psw_ptr, dpsw_ptr, B, BAG_SHIFT, f_woff_ptr, f_roff_ptr, f_dim_ptr,
                     f_doff_ptr, HAS_PSW, MEAN, NEED_DPSW, VEC, DIM, STEP, BLOCK_D, BAG_SORTED,
                 )  # fmt: skip
@@ -317,7 +317,7 @@ def _bwd_tile_kernel(
 
 @triton.jit
 def _piece_step(
-    s, t1, k0, bag, weights_ptr, go_ptr, go_stride, perm_ptr, bags_ptr, offsets_ptr, psw_ptr,
+    s, t1, k0, bag, weights_ptr, go_ptr, go_stride, perm_ptr, offsets_ptr, psw_ptr,
     dpsw_ptr, B, BAG_SHIFT, f_woff_ptr, f_roff_ptr, f_dim_ptr, f_doff_ptr,
     HAS_PSW: tl.constexpr, MEAN: tl.constexpr, NEED_DPSW: tl.constexpr, VEC: tl.constexpr,
     DIM: tl.constexpr, STEP: tl.constexpr, BLOCK_D: tl.constexpr, BAG_SORTED: tl.constexpr,

@@ -133,7 +133,6 @@ def _uniform_dim(layout: TBELayout) -> int:
     return dims.pop() if len(dims) == 1 else 0
 
 
-@functools.cache
 def cdiv(a: int, b: int) -> int:
     """Host-side ceil(a / b) for launch grids (``triton.cdiv`` is a constexpr function whose
     argument unwrapping costs microseconds per call on the launch path)."""

@@ -782,10 +782,10 @@ def autotune_report(case: Case, dev, rounds: int = 5) -> list[dict]:
         order = order[r % len(order) :] + order[: r % len(order)]
         for k in order:
             times[k].append(timer.time(fns[k]) / launches)
+    index = {cfg: k for k, cfg in enumerate(cands)}
     rows = []
     for k, cfg in enumerate(cands):
-        twin = next((j for j, c in enumerate(cands)
-                     if dataclasses.replace(c, prefetch=cfg.prefetch) == cfg and c != cfg), None)  # fmt: skip
+        twin = index.get(dataclasses.replace(cfg, prefetch=not cfg.prefetch))
         ms = summary(times[k])
         rows.append({"table": k == 0, "bags": cfg.bags, "block_l": cfg.block_l,
                      "num_warps": cfg.num_warps, "waves_per_eu": cfg.waves_per_eu,

@@ -100,3 +100,31 @@ def test_reading_reps_make_a_reading_last_long_enough(monkeypatch):
     assert bench.reading_reps(timer, fns, args) <= 4
     args.min_reading_ms = 0.0
     assert bench.reading_reps(timer, fns, args) == 2
+
+
+@pytest.mark.slow
+def test_autotune_report_pairs_prefetch_twins(monkeypatch):
+    """``--autotune``'s report on the CPU (interpreter, one tiny case): every candidate timed in
+    each round, sorted by median, and each tile whose bag takes two steps paired with its
+    prefetch twin, whose per-round ratio is the twin's reading over the tile's."""
+    import torch
+
+    bench = _load(monkeypatch)
+    case = bench.Case("float32 D=16 L=4 zipf", [500], 16, [4], 16, torch.float32, "zipf")
+    rows = bench.autotune_report(case, torch.device("cpu"), rounds=2)
+    assert [r["ms"]["median"] for r in rows] == sorted(r["ms"]["median"] for r in rows)
+    assert sum(r["table"] for r in rows) == 1
+    for r in rows:
+        assert r["ms"]["min"] <= r["ms"]["median"] <= r["ms"]["max"]
+        paired = 2 * r["block_l"] <= 4
+        assert (r["twin_over_this"] is not None) is paired, r
+        if paired:
+            twin = next(
+                t
+                for t in rows
+                if t["prefetch"] != r["prefetch"]
+                and all(t[k] == r[k] for k in ("bags", "block_l", "num_warps", "waves_per_eu"))
+            )
+            assert twin["twin_over_this"] is not None
+            # the two ratios are per-round reciprocals: their medians multiply to about 1
+            assert 0.5 < r["twin_over_this"]["median"] * twin["twin_over_this"]["median"] < 2.0
