@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 
 from .arch import backward_config, keys_config
+from .launch import Launcher
 from .layout import TBELayout
 from .optim import OptimizerSpec
 from .tbe_forward import _device_info, _uniform_dim, _vec, cdiv
@@ -595,6 +596,10 @@ def fill_scalars(scal: torch.Tensor, spec: OptimizerSpec, step: int, seed: int) 
     write_scalars(scal, scalar_values(spec, step, seed, stochastic_rounding=True))
 
 
+_KEYS, _TILE = Launcher(_keys_kernel), Launcher(_bwd_tile_kernel)
+_HOT_CARRY, _HOT = Launcher(_bwd_hot_carry_kernel), Launcher(_bwd_hot_kernel)
+
+
 def backward_update(
     layout: TBELayout,
     weights: torch.Tensor,
@@ -647,7 +652,8 @@ def backward_update(
     bdtype = torch.int32 if F << shift < 2**31 else torch.int64
     bags = torch.empty(N, dtype=bdtype, device=dev)
     kcfg = keys_config(info, avg_len=N / (F * B))
-    _keys_kernel[(cdiv(F * B, kcfg.bags),)](
+    _KEYS.run(
+        (cdiv(F * B, kcfg.bags),),
         indices, offsets, keys, bags, meta.rows, meta.row_offset, B, F, shift, total_rows,
         BAGS=kcfg.bags, BLOCK_L=kcfg.block_l, num_warps=kcfg.num_warps,
     )  # fmt: skip
@@ -669,7 +675,8 @@ def backward_update(
     m2 = states.get("exp_avg_sq", dummy)
     go = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()
     psw = per_sample_weights
-    _bwd_tile_kernel[(n_tiles,)](
+    _TILE.run(
+        (n_tiles,),
         weights, mom, m1, m2, go, go.stride(0),
         sorted_keys, perm, bags, offsets, psw if psw is not None else dummy,
         dpsw if dpsw is not None else dummy, partial, scal, N, B, shift, total_rows,
@@ -689,11 +696,13 @@ def backward_update(
         if n_blocks > 1:
             carry = torch.empty(n_blocks, cfg.block_d, dtype=torch.float32, device=dev)
             start = torch.empty(n_blocks, dtype=torch.int32, device=dev)
-            _bwd_hot_carry_kernel[(n_blocks,)](
+            _HOT_CARRY.run(
+                (n_blocks,),
                 sorted_keys, partial, carry, start, N, total_rows,
                 TILE=tile, HT=ht, BLOCK_D=cfg.block_d, REDUCE=cfg.reduce, **cfg.hot_launch_kwargs(),
             )  # fmt: skip
-        _bwd_hot_kernel[(n_blocks,)](
+        _HOT.run(
+            (n_blocks,),
             weights, mom, m1, m2, sorted_keys, perm, bags, partial, carry, start, scal, N,
             shift, total_rows, meta.weights_offset, meta.row_offset, meta.dim, HT=ht,
             BLOCK_T=cfg.hot_block, BLOCK_D=cfg.block_d, BAG_SORTED=cfg.bag_sorted,

@@ -24,6 +24,7 @@ import triton.language as tl
 from rocmtrain.platform import DeviceInfo, device_info
 
 from .arch import ONEHOT_MAX_LEN, LaunchConfig, forward_candidates, forward_config
+from .launch import Launcher
 from .layout import TBELayout
 
 
@@ -114,6 +115,9 @@ def _tbe_fwd_kernel(
     tl.store(out_ptrs, res.to(out_ptr.dtype.element_ty), mask=bag_mask[:, None] & dmask[None, :])
 
 
+_FWD = Launcher(_tbe_fwd_kernel)
+
+
 def _vec(layout: TBELayout) -> int:
     """Largest power of two (<= 16) dividing every table's dim and offset: row-start alignment.
 
@@ -152,7 +156,8 @@ def _launch(cfg: LaunchConfig, layout, weights, indices, offsets, psw, out, pool
     feats = _all_features(layout.num_features, weights.device) if feats is None else feats
     max_dim = max_dim or layout.max_dim
     grid = (cdiv(B, cfg.bags), feats.numel(), cdiv(max_dim, cfg.block_d))
-    _tbe_fwd_kernel[grid](
+    _FWD.run(
+        grid,
         weights, indices, offsets, psw if psw is not None else weights, out,
         meta.weights_offset, meta.rows, meta.dim, meta.d_offsets, feats,
         bad_count if bad_count is not None else feats, B, out.stride(0),

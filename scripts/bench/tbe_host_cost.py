@@ -4,9 +4,13 @@ Why: at B=16384 every provider of ``bench_tbe.py`` is host-bound (host enqueue t
 equals the GPU time), so a call costs what its Python costs. This enqueues ``--calls`` calls of
 the forward (no grad) and of forward+backward with the GPU kept busy ahead of the host (a long
 sleep kernel first), so the host time is the host's own; then profiles the same calls with
-cProfile and prints the functions with the most own time.
+cProfile and prints the functions with the most own time. Then an A/B of the launch paths
+(``rocmtrain.kernels.launch``) in ``--rounds`` interleaved rounds, median [min-max] host us per
+call: the module's forward and training step with ``ROCMTRAIN_TRITON_LAUNCH=fast`` against
+``=triton``, the forward kernel's launch alone both ways, the launcher's two parts (the argument
+key, the compiled binary's launch), and FBGEMM's forward when fbgemm_gpu is installed.
 
-    python3 scripts/bench/tbe_host_cost.py --out $OUT/host      # H200 (~20 s)
+    python3 scripts/bench/tbe_host_cost.py --out $OUT/host      # H200 (~40 s)
     TRITON_INTERPRET=1 .venv/bin/python scripts/bench/tbe_host_cost.py --cpu-smoke
 """
 
@@ -16,6 +20,7 @@ import argparse
 import cProfile
 import io
 import json
+import os
 import pstats
 import statistics
 import sys
@@ -29,12 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_tbe as bt  # noqa: E402
 
 
-def host_us(fn, calls: int, dev) -> dict:
+def host_us(fn, calls: int, dev, sleep_cycles: int = int(2e9)) -> dict:
     """Host microseconds per call (median, max and the calls that blocked on the GPU), the GPU
-    busy with a sleep long enough that a call never waits for it unless it syncs."""
+    busy with a sleep long enough that a call never waits for it unless it syncs (2e9 cycles:
+    ~1 s on an H200)."""
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
-        torch.cuda._sleep(int(2e9))  # ~1 s of GPU cycles queued first: enqueue never blocks
+        torch.cuda._sleep(sleep_cycles)  # GPU cycles queued first: enqueue never blocks
     each = []
     for _ in range(calls):
         t = time.perf_counter()
@@ -60,11 +66,87 @@ def top_own_time(fn, calls: int, n: int) -> list[dict]:
     return sorted(rows, key=lambda r: -r["own_us"])[:n]
 
 
+def _with_mode(mode: str, fn):
+    """``fn`` run under ``ROCMTRAIN_TRITON_LAUNCH=mode`` (the mode is read once per process)."""
+    from rocmtrain.kernels import launch
+
+    def call():
+        os.environ["ROCMTRAIN_TRITON_LAUNCH"] = mode
+        launch.launch_mode.cache_clear()
+        return fn()
+
+    return call
+
+
+def launch_parts(case, dev, inputs) -> dict:
+    """The forward kernel's launch: Triton's dispatch, the launcher, and the launcher's parts."""
+    import rocmtrain.kernels.tbe_forward as tf
+    from rocmtrain.kernels.launch import arg_key
+
+    ours = bt.Ours(case, dev, "sgd")
+    (idx, off), lay, w = inputs[0], ours.m.layout, ours.m.weights.data
+    B = lay.batch_size(off)
+    out = torch.empty(B, lay.total_dim, device=dev)
+    cfg = tf.forward_config(tf._device_info(w.device.index), max_dim=lay.max_dim,
+                            avg_len=idx.numel() / (B * lay.num_features), elem_bytes=4)  # fmt: skip
+    seen = []  # one launch's (grid, args, meta), as _launch passes them to the launcher
+    orig, tf._FWD.run = tf._FWD.run, lambda grid, *a, **m: seen.append((grid, a, m))
+    try:
+        tf._launch(cfg, lay, w, idx, off, None, out, "sum", B)
+    finally:
+        tf._FWD.run = orig
+    grid, a, m = seen[0]
+    binary = tf._FWD.fn[grid](*a, **m)
+    vals = list(a) + [m[n] for n in tf._FWD._names[len(a) :]]
+    stream = torch.cuda.current_stream(dev).cuda_stream
+    return {
+        "forward kernel: kernel[grid]": lambda: tf._FWD.fn[grid](*a, **m),
+        "forward kernel: Launcher.run": lambda: tf._FWD.run(grid, *a, **m),
+        "  launcher part: argument key": lambda: tuple([arg_key(x, False) for x in a]),
+        "  launcher part: binary.run": lambda: binary.run(
+            *grid, stream, binary.function, binary.packed_metadata, None, None, None, *vals
+        ),
+        "empty torch op (out.zero_)": out.zero_,
+    }
+
+
+def launch_ab(case, dev, inputs, calls: int, rounds: int) -> dict:
+    """Host us per call of each launch path and layer, ``rounds`` interleaved rounds."""
+    ours = bt.Ours(case, dev, "sgd")
+    grad = torch.randn(case.batch, case.dim, device=dev)
+    fwd, train = (bt._callables(ours, mode, inputs, grad) for mode in ("fwd", "fwd+bwd"))
+    fns = {f"module {name}, {mode}": _with_mode(mode, fn)
+           for name, fn in (("forward", fwd), ("fwd+bwd sgd", train))
+           for mode in ("fast", "triton")}  # fmt: skip
+    fns.update(launch_parts(case, dev, inputs))
+    try:
+        fb = bt.Fbgemm(case, dev, "sgd")
+        fns["FBGEMM forward"] = bt._callables(fb, "fwd", inputs, grad)
+    except ImportError as e:
+        print(f"FBGEMM: skipped ({e})")
+    for fn in fns.values():
+        for _ in range(10):  # compile, graph capture, allocator
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    names = list(fns)
+    for r in range(rounds):
+        for k in names[r % len(names) :] + names[: r % len(names)]:
+            times[k].append(host_us(fns[k], calls, dev, sleep_cycles=int(2e8))["median"])
+    os.environ.pop("ROCMTRAIN_TRITON_LAUNCH", None)
+    out = {k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
+           for k, v in times.items()}  # fmt: skip
+    print(f"launch A/B, host us per call, median [min-max] of {rounds} interleaved rounds:")
+    for k, s in out.items():
+        print(f"  {k:34s} {s['median']:7.1f} [{s['min']:.1f}-{s['max']:.1f}]", flush=True)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds of the launch A/B")
     ap.add_argument("--cpu-smoke", action="store_true")
     ap.add_argument("--out", default="")
     args = ap.parse_args(argv)
@@ -91,6 +173,8 @@ def main(argv=None) -> int:
             for r in res[f"{mode} {kind}"]["top"][:12]:
                 print(f"   {r['own_us']:7.1f} own {r['cum_us']:7.1f} cum  "
                       f"{r['calls_per_step']:5.1f}x  {r['fn']}")  # fmt: skip
+    if dev.type == "cuda":
+        res["launch_ab"] = launch_ab(case, dev, inputs, args.calls, args.rounds)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "tbe_host_cost.json").write_text(json.dumps(res, indent=1))
