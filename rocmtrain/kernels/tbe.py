@@ -83,6 +83,10 @@ def _resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
+def _nbytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
 class _TBEFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, module, anchor, indices, offsets, psw):  # type: ignore[override]
@@ -160,11 +164,12 @@ class TableBatchedEmbeddingBags(nn.Module):
         self.seed = int(seed)
         self.step = 0  #: optimizer steps applied (Adam bias correction, rounding noise stream)
         # Triton backward replayed from a CUDA / HIP graph per static input signature: removes
-        # the host cost of its launches. "auto" (default): capture once a signature repeats on
-        # consecutive calls, at most _MAX_GRAPHS graphs, eager again after _AUTO_MAX_SIGNATURES
-        # distinct signatures (variable-length batches); True: capture every signature; False:
-        # never. No effect on CPU / in the interpreter. The environment variable
-        # ROCMTRAIN_TBE_CUDA_GRAPH (auto / 1 / 0) sets it for modules built without the argument.
+        # the host cost of its launches. "auto" (default): inputs up to _AUTO_MAX_GRAPH_BYTES
+        # (larger ones run eagerly), captured once a signature repeats on consecutive calls, at
+        # most _MAX_GRAPHS graphs, eager again after _AUTO_MAX_SIGNATURES distinct signatures
+        # (variable-length batches); True: capture every signature; False: never. No effect on
+        # CPU / in the interpreter. The environment variable ROCMTRAIN_TBE_CUDA_GRAPH
+        # (auto / 1 / 0) sets it for modules built without the argument.
         self.cuda_graph: str | bool = _resolve_graph_mode(cuda_graph)
         # mean bag length per feature (a hint, e.g. MLPerf's multi-hot sizes): one-hot and
         # multi-hot features are then launched with their own forward tiles
@@ -404,6 +409,13 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     _MAX_GRAPHS = 4  #: captured backward graphs kept per module (least recently used dropped)
     _AUTO_MAX_SIGNATURES = 16  #: "auto": distinct input signatures before it stays eager
+    #: "auto": largest backward input (gradient, indices, offsets, per-sample weights) replayed
+    #: from a graph. A replay first copies its inputs into the graph's static buffers: at 64 MiB
+    #: that is ~30 us of an H200's copy bandwidth (~80 us on an MI250X) against the ~0.2 ms of
+    #: host launches it saves; a larger input means a backward whose GPU time outruns its
+    #: launches, where the copy is pure cost (the DLRM-DCNv2 recipe's 0.55 GB of bf16 gradients
+    #: and ids per step: ~0.3 ms of copies on the H200, 2026-12-03).
+    _AUTO_MAX_GRAPH_BYTES = 64 << 20
 
     def _graph_signature(self, args, kw) -> tuple:
         """Everything the captured backward bakes in: input shapes / dtypes (the graph's static
@@ -443,9 +455,9 @@ class TableBatchedEmbeddingBags(nn.Module):
         backward eagerly on them (compiles exactly the kernel specialisations the capture will
         record, sizes the sort's workspace, applies this step); the next captures and replays;
         every call after copies the inputs in and replays. ``cuda_graph=True`` takes that path
-        for every signature; ``"auto"`` only once a signature has come twice in a row (a
-        variable-shape workload never pays a capture) and gives up after
-        ``_AUTO_MAX_SIGNATURES`` distinct ones. The step's optimizer scalars reach the graph
+        for every signature; ``"auto"`` only for inputs of at most ``_AUTO_MAX_GRAPH_BYTES``
+        and once a signature has come twice in a row (a variable-shape workload never pays a
+        capture), and gives up after ``_AUTO_MAX_SIGNATURES`` distinct ones. The step's optimizer scalars reach the graph
         through ``self._scal`` (written before each replay when they change). All graphs share
         one memory pool: each graph's output is cloned right after its replay, so a later
         replay of another graph reusing that memory cannot clobber anything still read.
@@ -453,6 +465,8 @@ class TableBatchedEmbeddingBags(nn.Module):
         if torch.cuda.is_current_stream_capturing():  # inside the caller's own capture
             return False, None
         grad_out, indices, offsets, psw = args
+        if self.cuda_graph == "auto" and _nbytes(args) > self._AUTO_MAX_GRAPH_BYTES:
+            return False, None
         key = self._graph_signature(args, kw)
         entry = self._graphs.get(key)
         if entry is None and self.cuda_graph == "auto":

@@ -214,3 +214,20 @@ def test_cuda_graph_default_and_environment(monkeypatch):
     monkeypatch.setenv("ROCMTRAIN_TBE_CUDA_GRAPH", "2")
     with pytest.raises(ValueError, match=r"ROCMTRAIN_TBE_CUDA_GRAPH='2': use one of"):
         TableBatchedEmbeddingBags([(4, 4)])
+
+
+def test_auto_runs_large_inputs_eagerly_and_true_still_graphs_them(monkeypatch):
+    """A replay copies its inputs into the static buffers: "auto" keeps inputs above
+    _AUTO_MAX_GRAPH_BYTES eager (no signature tracked either), an explicit True graphs them."""
+    fake = _FakeCuda(monkeypatch)
+    n = 30
+    big = 8 * n + 8 * 2 + 4 * 4 + 4 * n  # idx (int64), offsets, grad (fp32 [1, 4]), psw (fp32)
+    monkeypatch.setattr(TableBatchedEmbeddingBags, "_AUTO_MAX_GRAPH_BYTES", big - 1)
+    m = _module("auto")
+    assert [_step(m, fake, n, s) for s in range(4)] == ["eager"] * 4
+    assert fake.captures == 0 and not m._graphs and m._sig_last is None
+    assert [_step(m, fake, n - 1, s) for s in range(3)] == ["eager", "graph-path", "graph-path"]
+    assert fake.captures == 1  # one index less: under the cap, graphed as before
+    m = _module(True)
+    assert [_step(m, fake, n, s) for s in range(3)] == ["graph-path"] * 3
+    assert fake.captures == 2
