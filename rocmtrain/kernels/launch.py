@@ -2,9 +2,9 @@
 
 ``kernel[grid](*args, **meta)`` re-derives every argument's specialization on every call (dtype,
 16-byte alignment, int width and divisibility; on AMD whether a tensor spans < 2 GiB) before it
-looks the binary up. On the H200 machine's host that costs ~45 us for the forward kernel's 23
-parameters (``scripts/bench/tbe_host_cost.py``), as long as the kernel itself runs at B=16K, so the
-call was host-bound. :class:`Launcher` sends the first launch of each *key* through Triton (which
+looks the binary up. On the H200 machine's host that costs 20-50 us for the forward kernel's 23
+parameters (``scripts/bench/tbe_host_cost.py``; BENCHMARKS.md), as long as the kernel itself runs
+at B=16K, so the call was host-bound. :class:`Launcher` sends the first launch of each *key* through Triton (which
 compiles and picks the binary) and launches that binary directly when a later call's arguments
 have the same key. The key holds every property Triton specializes on, so the binary is the one
 Triton would pick. ``ROCMTRAIN_TRITON_LAUNCH`` selects the path:
