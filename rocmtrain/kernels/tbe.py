@@ -83,10 +83,6 @@ def _resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
-def _nbytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
-
-
 class _TBEFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, module, anchor, indices, offsets, psw):  # type: ignore[override]
@@ -457,15 +453,17 @@ class TableBatchedEmbeddingBags(nn.Module):
         every call after copies the inputs in and replays. ``cuda_graph=True`` takes that path
         for every signature; ``"auto"`` only for inputs of at most ``_AUTO_MAX_GRAPH_BYTES``
         and once a signature has come twice in a row (a variable-shape workload never pays a
-        capture), and gives up after ``_AUTO_MAX_SIGNATURES`` distinct ones. The step's optimizer scalars reach the graph
-        through ``self._scal`` (written before each replay when they change). All graphs share
+        capture), and gives up after ``_AUTO_MAX_SIGNATURES`` distinct ones. The step's
+        optimizer scalars reach the graph through ``self._scal`` (written before each replay
+        when they change). All graphs share
         one memory pool: each graph's output is cloned right after its replay, so a later
         replay of another graph reusing that memory cannot clobber anything still read.
         """
         if torch.cuda.is_current_stream_capturing():  # inside the caller's own capture
             return False, None
         grad_out, indices, offsets, psw = args
-        if self.cuda_graph == "auto" and _nbytes(args) > self._AUTO_MAX_GRAPH_BYTES:
+        nbytes = sum(t.nbytes for t in args if t is not None)
+        if self.cuda_graph == "auto" and nbytes > self._AUTO_MAX_GRAPH_BYTES:
             return False, None
         key = self._graph_signature(args, kw)
         entry = self._graphs.get(key)
