@@ -275,6 +275,27 @@ def keys_config(info: DeviceInfo, *, avg_len: float) -> LaunchConfig:
     return forward_config(info, max_dim=1, avg_len=avg_len, elem_bytes=4, tiles=KEYS_TILES)
 
 
+def keys_candidates(info: DeviceInfo, *, avg_len: float) -> list[LaunchConfig]:
+    """Keys-kernel tiles for the first-call autotuner (first = the table's): the table's lanes,
+    ``BLOCK_L`` at half, the table's and twice its value (1 to 16), and 1, 2, 4 or 8 positions
+    per lane. The table caps bags per program for the forward's row gathers; the keys kernel
+    moves 16 bytes per position, so a one-hot group at the table's 32 bags leaves 3 of 4 lanes
+    idle and keeps one load in flight per lane."""
+    base = keys_config(info, avg_len=avg_len)
+    lanes = base.num_warps * max(info.warp_size, 1)
+    out = [base]
+    for bl in (base.block_l // 2, base.block_l, base.block_l * 2):
+        if not 1 <= bl <= 16:
+            continue
+        for per_lane in (1, 2, 4, 8):
+            bags = max(1, per_lane * lanes // bl)
+            cfg = forward_config(info, max_dim=1, avg_len=avg_len, elem_bytes=4, block_l=bl,
+                                 bags=bags, lanes=lanes, tiles=KEYS_TILES)  # fmt: skip
+            if cfg not in out:
+                out.append(cfg)
+    return out
+
+
 def forward_candidates(
     info: DeviceInfo, *, max_dim: int, avg_len: float, elem_bytes: int, wide: bool = False
 ) -> list[LaunchConfig]:

@@ -167,8 +167,8 @@ class TableBatchedEmbeddingBags(nn.Module):
         # CPU / in the interpreter. The environment variable ROCMTRAIN_TBE_CUDA_GRAPH
         # (auto / 1 / 0) sets it for modules built without the argument.
         self.cuda_graph: str | bool = _resolve_graph_mode(cuda_graph)
-        # mean bag length per feature (a hint, e.g. MLPerf's multi-hot sizes): one-hot and
-        # multi-hot features are then launched with their own forward tiles
+        # mean bag length per feature (e.g. MLPerf's multi-hot sizes; None: measured on the
+        # first batch): one-hot and multi-hot features are launched with their own tiles
         if pooling_factors is not None and len(pooling_factors) != self.layout.num_features:
             raise ValueError(
                 f"pooling_factors has {len(pooling_factors)} entries; it needs one mean bag "
@@ -330,14 +330,7 @@ class TableBatchedEmbeddingBags(nn.Module):
         if self.backend == "triton":
             from .tbe_forward import forward as triton_forward
 
-            groups = None
-            if self.pooling_factors is not None:
-                from .tbe_forward import feature_groups
-
-                dev = self.weights.device
-                if str(dev) not in self._groups:
-                    self._groups[str(dev)] = feature_groups(self.layout, self.pooling_factors, dev)
-                groups = self._groups[str(dev)]
+            groups = self._feature_groups(offsets)
             return triton_forward(
                 self.layout,
                 self.weights.data,
@@ -359,6 +352,20 @@ class TableBatchedEmbeddingBags(nn.Module):
             output_dtype=self.output_dtype,
             bad_count=self._bad_counter(),
         )
+
+    def _feature_groups(self, offsets) -> list[tuple] | None:
+        """One-hot / multi-hot feature groups on this device, each launched with its own tile:
+        from ``pooling_factors`` when given, else from the first non-empty batch's bag lengths."""
+        from .tbe_forward import feature_groups, measured_pooling_factors
+
+        dev = self.weights.device
+        groups = self._groups.get(str(dev))
+        if groups is None:
+            pf = self.pooling_factors or measured_pooling_factors(self.layout, offsets)
+            if pf is None:  # empty batch: nothing to measure yet
+                return None
+            groups = self._groups[str(dev)] = feature_groups(self.layout, pf, dev)
+        return groups
 
     def _backward_impl(self, grad_out, indices, offsets, psw, need_psw_grad):
         self.step += 1
@@ -387,6 +394,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                 write_scalars(self._scal, vals)
                 self._scal_vals = vals
             args = (grad_out, indices, offsets, psw)
+            kw["groups"] = self._groups.get(str(dev))
             done = False
             if self.cuda_graph is not False and dev.type == "cuda":
                 done, dpsw = self._graphed_backward(triton_backward, args, seed=seed, **kw)

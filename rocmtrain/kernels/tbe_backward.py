@@ -2,7 +2,8 @@
 
 No dense ``[rows, D]`` gradient, no float atomics, no host sync:
 
-1. ``_keys_kernel``: every index position gets its global row key ``row_offset[table] + index``
+1. ``_keys_kernel`` (one launch per feature group, one-hot / multi-hot, each with its own tile):
+   every index position gets its global row key ``row_offset[table] + index``
    (a sentinel past the last row for out-of-range indices) and its bag, packed
    ``feature << shift | sample``; ``torch.sort`` groups equal rows (stable in deterministic
    mode: a row's occurrences are then summed in input order); on GPUs the bags are gathered
@@ -36,11 +37,20 @@ import torch
 import triton
 import triton.language as tl
 
-from .arch import backward_config, keys_config
+from .arch import LaunchConfig, backward_config, keys_candidates, keys_config
 from .launch import Launcher
 from .layout import TBELayout
 from .optim import OptimizerSpec
-from .tbe_forward import _device_info, _uniform_dim, _vec, cdiv
+from .tbe_forward import (
+    _all_features,
+    _device_info,
+    _pow2_bucket,
+    _uniform_dim,
+    _vec,
+    autotune_enabled,
+    cdiv,
+    fastest,
+)
 
 _OPT_CODE = {"sgd": 0, "rowwise_adagrad": 1, "adam": 2}
 
@@ -136,28 +146,30 @@ def _load_mom(mom_ptr, key, rmask, OPT: tl.constexpr):
 
 @triton.jit
 def _keys_kernel(
-    indices_ptr, offsets_ptr, keys_ptr, bags_ptr, f_rows_ptr, f_roff_ptr, B, F, BAG_SHIFT,
+    indices_ptr, offsets_ptr, keys_ptr, bags_ptr, f_rows_ptr, f_roff_ptr, feat_ptr, B, BAG_SHIFT,
     total_rows, BAGS: tl.constexpr, BLOCK_L: tl.constexpr,
 ):  # fmt: skip
     """keys[p] = global row of position p (sentinel total_rows if out of range); bags[p] =
-    f << BAG_SHIFT | b for sample b of feature f (the kernels after the sort shift, not divide)."""
-    gbag = tl.program_id(0) * BAGS + tl.arange(0, BAGS)
-    gm = gbag < F * B
-    f = gbag // B
-    start = tl.load(offsets_ptr + gbag, mask=gm, other=0).to(tl.int64)
-    length = tl.load(offsets_ptr + gbag + 1, mask=gm, other=0).to(tl.int64) - start
-    rows = tl.load(f_rows_ptr + f, mask=gm, other=0)
-    roff = tl.load(f_roff_ptr + f, mask=gm, other=0)
+    f << BAG_SHIFT | b for sample b of feature f (the kernels after the sort shift, not divide).
+    One program per (block of ``BAGS`` samples, feature of this launch's group)."""
+    f = tl.load(feat_ptr + tl.program_id(1))
+    b = tl.program_id(0) * BAGS + tl.arange(0, BAGS)
+    bm = b < B
+    gbag = f.to(tl.int64) * B + b
+    start = tl.load(offsets_ptr + gbag, mask=bm, other=0).to(tl.int64)
+    length = tl.load(offsets_ptr + gbag + 1, mask=bm, other=0).to(tl.int64) - start
+    rows = tl.load(f_rows_ptr + f)
+    roff = tl.load(f_roff_ptr + f)
+    packed = ((f.to(tl.int64) << BAG_SHIFT) | b).to(bags_ptr.dtype.element_ty)
     ls = tl.arange(0, BLOCK_L)
     for l0 in range(0, tl.max(length, axis=0), BLOCK_L):
         pos = start[:, None] + l0 + ls[None, :]
         pm = (l0 + ls[None, :]) < length[:, None]
         idx = tl.load(indices_ptr + pos, mask=pm, other=0).to(tl.int64)
-        ok = (idx >= 0) & (idx < rows[:, None])
-        key = tl.where(ok, roff[:, None] + idx, total_rows)
+        ok = (idx >= 0) & (idx < rows)
+        key = tl.where(ok, roff + idx, total_rows)
         tl.store(keys_ptr + pos, key.to(keys_ptr.dtype.element_ty), mask=pm)
-        packed = (f.to(tl.int64) << BAG_SHIFT) | (gbag - f * B)
-        tl.store(bags_ptr + pos, (packed[:, None] + 0 * pos).to(bags_ptr.dtype.element_ty), mask=pm)
+        tl.store(bags_ptr + pos, packed[:, None] + 0 * ls[None, :], mask=pm)
 
 
 @triton.jit
@@ -600,6 +612,23 @@ _KEYS, _TILE = Launcher(_keys_kernel), Launcher(_bwd_tile_kernel)
 _HOT_CARRY, _HOT = Launcher(_bwd_hot_carry_kernel), Launcher(_bwd_hot_kernel)
 
 
+# (arch, mean bag length bucket, batch bucket, index dtype) -> keys tile chosen on this GPU
+_KEYS_TUNED: dict[tuple, LaunchConfig] = {}
+
+
+def _keys_tile(dev, info, avg_len: float, B: int, index_dtype, launch) -> LaunchConfig:
+    """The keys kernel's tile: on a GPU the fastest of :func:`keys_candidates` at the first
+    call per shape class (the kernel only writes ``keys``/``bags``, so timing it repeats
+    nothing), else the table's."""
+    if not autotune_enabled(dev):
+        return keys_config(info, avg_len=avg_len)
+    key = (info.arch, _pow2_bucket(avg_len), _pow2_bucket(B), index_dtype)
+    cfg = _KEYS_TUNED.get(key)
+    if cfg is None:
+        cfg = _KEYS_TUNED[key] = fastest(keys_candidates(info, avg_len=avg_len), launch)
+    return cfg
+
+
 def backward_update(
     layout: TBELayout,
     weights: torch.Tensor,
@@ -617,12 +646,16 @@ def backward_update(
     deterministic: bool,
     seed: int,
     scal: torch.Tensor | None = None,
+    groups: list[tuple] | None = None,
 ) -> torch.Tensor | None:
     """Apply the fused optimizer to the rows touched by this batch; return d per_sample_weights.
 
-    Up to four Triton launches (keys; tiles; hot-row carries, only when the batch spans more
-    than one hot block; hot rows) and one ``torch.sort``; no host sync and no data-dependent
-    host shape, so the whole call can be captured in a CUDA / HIP graph. ``scal`` (fp32 [8])
+    A few Triton launches (keys, one per feature group; tiles; hot-row carries, only when the
+    batch spans more than one hot block; hot rows) and one ``torch.sort``; no host sync and no
+    data-dependent host shape, so the whole call can be captured in a CUDA / HIP graph (the
+    first call per shape class on a GPU times the keys tiles, so capture a later call).
+    ``groups`` (the forward's :func:`~.tbe_forward.feature_groups`): the keys kernel runs per
+    group with a tile for its mean bag length; None = one launch over all features. ``scal`` (fp32 [8])
     holds the step's optimizer scalars; when None it is filled here (the module passes its own,
     filled by :func:`write_scalars` when the values change, so a graph replays the current ones).
     """
@@ -651,12 +684,17 @@ def backward_update(
     shift = max(1, (B - 1).bit_length())  # bag = feature << shift | sample
     bdtype = torch.int32 if F << shift < 2**31 else torch.int64
     bags = torch.empty(N, dtype=bdtype, device=dev)
-    kcfg = keys_config(info, avg_len=N / (F * B))
-    _KEYS.run(
-        (cdiv(F * B, kcfg.bags),),
-        indices, offsets, keys, bags, meta.rows, meta.row_offset, B, F, shift, total_rows,
-        BAGS=kcfg.bags, BLOCK_L=kcfg.block_l, num_warps=kcfg.num_warps,
-    )  # fmt: skip
+    for feats, avg_len, _ in groups or [(None, N / (F * B), layout.max_dim)]:
+        feats = _all_features(F, dev) if feats is None else feats
+
+        def launch(c: LaunchConfig, feats=feats) -> None:
+            _KEYS.run(
+                (cdiv(B, c.bags), feats.numel()),
+                indices, offsets, keys, bags, meta.rows, meta.row_offset, feats, B, shift,
+                total_rows, BAGS=c.bags, BLOCK_L=c.block_l, num_warps=c.num_warps,
+            )  # fmt: skip
+
+        launch(_keys_tile(dev, info, avg_len, B, indices.dtype, launch))
     sorted_keys, perm = torch.sort(keys, stable=deterministic)
     if cfg.bag_sorted:
         bags = bags[perm]

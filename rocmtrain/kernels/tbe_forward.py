@@ -193,12 +193,28 @@ def feature_groups(layout: TBELayout, pooling_factors, device) -> list[tuple]:
     return groups
 
 
+def measured_pooling_factors(layout: TBELayout, offsets: torch.Tensor) -> list[float] | None:
+    """Mean bag length per feature in this batch (one host read of ``F + 1`` offsets), or None
+    for an empty batch."""
+    B = layout.batch_size(offsets)
+    if B == 0:
+        return None
+    bounds = offsets[::B].to(torch.float64).cpu()  # offsets of each feature's first bag, F + 1
+    return ((bounds[1:] - bounds[:-1]) / B).tolist()
+
+
 # (arch key, max_dim, L bucket, dtype, pooling, psw) -> chosen LaunchConfig
 _TUNED: dict[tuple, LaunchConfig] = {}
 
 
-def _autotune_enabled(device: torch.device) -> bool:
-    return device.type == "cuda" and os.environ.get("ROCMTRAIN_TBE_AUTOTUNE", "1") != "0"
+def autotune_enabled(device: torch.device) -> bool:
+    """First-call tile tuning on: a GPU, ``ROCMTRAIN_TBE_AUTOTUNE`` not 0, and no stream capture
+    in progress (timing would break the caller's graph; the table's tile is used then)."""
+    return (
+        device.type == "cuda"
+        and os.environ.get("ROCMTRAIN_TBE_AUTOTUNE", "1") != "0"
+        and not torch.cuda.is_current_stream_capturing()
+    )
 
 
 def forward(
@@ -236,15 +252,19 @@ def forward(
         groups = [(None, avg_len, layout.max_dim)]
     for feats, avg_len, max_dim in groups:
         kw = dict(max_dim=max_dim, avg_len=avg_len, elem_bytes=elem)
-        if not _autotune_enabled(weights.device):
+        if not autotune_enabled(weights.device):
             cfg = forward_config(info, **kw)
         else:
             key = (info.arch, max_dim, _pow2_bucket(avg_len), _pow2_bucket(B), weights.dtype,
                    pooling, psw is not None, output_dtype)  # fmt: skip
             cfg = _TUNED.get(key)
             if cfg is None:
-                cfg = _tune(forward_candidates(info, **kw), layout, weights, indices, offsets,
-                            psw, out, pooling, B, feats, max_dim)  # fmt: skip
+                cfg = fastest(
+                    forward_candidates(info, **kw),
+                    lambda c, f=feats, d=max_dim: _launch(
+                        c, layout, weights, indices, offsets, psw, out, pooling, B, f, d
+                    ),
+                )
                 _TUNED[key] = cfg
         _launch(cfg, layout, weights, indices, offsets, psw, out, pooling, B, feats, max_dim,
                 bad_count)  # fmt: skip
@@ -255,18 +275,13 @@ def _pow2_bucket(x: float) -> int:
     return 1 << max(0, round(math.log2(max(x, 1.0))))
 
 
-def _tune(cands, layout, weights, indices, offsets, psw, out, pooling, B, feats=None,
-          max_dim=None) -> LaunchConfig:  # fmt: skip
+def fastest(cands: list[LaunchConfig], run) -> LaunchConfig:
+    """The candidate for which ``run(cfg)`` (one launch, no side effects that a repeat changes)
+    takes the least median time (``triton.testing.do_bench``); ties keep the earlier one."""
     best, best_ms = cands[0], float("inf")
     for cfg in cands:
-        ms = triton.testing.do_bench(
-            lambda cfg=cfg: _launch(
-                cfg, layout, weights, indices, offsets, psw, out, pooling, B, feats, max_dim
-            ),  # fmt: skip
-            warmup=5,
-            rep=20,
-            return_mode="median",
-        )
+        ms = triton.testing.do_bench(lambda cfg=cfg: run(cfg), warmup=5, rep=20,
+                                     return_mode="median")  # fmt: skip
         if ms < best_ms:
             best, best_ms = cfg, ms
     return best

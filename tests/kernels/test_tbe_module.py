@@ -352,8 +352,9 @@ def test_forward_feature_groups_one_hot_and_multi_hot(backend):
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the interpreter")
 def test_backward_launches(monkeypatch):
-    """One Triton backward = 3 kernel launches (keys, tile reduce + update, hot-row combine) and
-    one torch.sort; no flags / nonzero_static / gather passes and no host sync."""
+    """One Triton backward = the keys kernel once per feature group, then 2 kernel launches
+    (tile reduce + update, hot-row combine) and one torch.sort; no flags / nonzero_static /
+    gather passes and no host sync."""
     import rocmtrain.kernels.tbe_backward as tb
 
     launched = []
@@ -373,12 +374,103 @@ def test_backward_launches(monkeypatch):
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         out.backward(grad)
-    assert launched == ["_keys_kernel", "_bwd_tile_kernel", "_bwd_hot_kernel"], launched
+    n_groups = len(m._groups["cpu"])
+    assert n_groups == 2  # the case mixes one-hot and multi-hot features
+    assert launched == ["_keys_kernel"] * n_groups + ["_bwd_tile_kernel", "_bwd_hot_kernel"]
     ops = [e.key for e in prof.key_averages()]
     assert sum(e.count for e in prof.key_averages() if e.key == "aten::sort") == 1
     for banned in ("aten::nonzero_static", "aten::nonzero", "aten::index", "aten::item",
                    "aten::_local_scalar_dense"):  # fmt: skip
         assert banned not in ops, f"{banned} in the backward"
+
+
+def _fixed_length_case(lengths_per_feature, B, seed):
+    """A KJT batch whose feature f has exactly ``lengths_per_feature[f]`` ids in every bag."""
+    from tbe_oracle import Case
+
+    g = torch.Generator().manual_seed(seed)
+    vals = [torch.randint(0, TABLES[FMAP[f]][0], (B * n,), generator=g)
+            for f, n in enumerate(lengths_per_feature)]  # fmt: skip
+    lengths = torch.tensor(lengths_per_feature).repeat_interleave(B)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    return Case(list(TABLES), list(FMAP), B, torch.cat(vals), offsets, None)
+
+
+def test_feature_groups_measured_on_first_batch():
+    """Without pooling_factors the Triton module splits the features by the first non-empty
+    batch's mean bag lengths (features 0 and 2 one-hot, 1 and 3 multi-hot here) and keeps that
+    split for later batches of other lengths; forward and fused step still match the oracle."""
+    opt = dict(kind="rowwise_adagrad", lr=0.1)
+    m = _module("triton", optimizer=OptimizerSpec(**opt))
+    empty = torch.zeros(1, dtype=torch.int64)  # F*B + 1 offsets with B = 0
+    m(torch.zeros(0, dtype=torch.int64), empty)  # B = 0: nothing measured
+    assert "cpu" not in m._groups
+    first = _fixed_length_case([1, 3, 1, 2], B=6, seed=40)
+    m(first.indices, first.offsets)
+    got = [(ids.tolist(), avg) for ids, avg, _ in m._groups["cpu"]]
+    assert got == [([0, 2], 1.0), ([1, 3], 2.5)]
+    later = make_case(TABLES, FMAP, B=9, seed=41, max_len=5, hot_row=300)  # other lengths
+    w0 = [w.clone() for w in m.split_embedding_weights()]
+    s0 = _oracle_states(m)
+    out = m(later.indices, later.offsets)
+    assert [ids.tolist() for ids, _, _ in m._groups["cpu"]] == [[0, 2], [1, 3]]
+    assert_close(out, oracle_forward(w0, later, "sum"), torch.float32, "forward", terms=300)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
+    out.backward(grad)
+    ref_w, ref_s, _ = oracle_step(w0, s0, later, grad, "sum", opt, 1)
+    for t, w in enumerate(m.split_embedding_weights()):
+        assert_close(w, ref_w[t], torch.float32, f"table {t}", terms=300)
+        assert_close(m.split_optimizer_states()[t]["momentum"], ref_s[t]["momentum"],
+                     torch.float32, f"momentum {t}", terms=300)  # fmt: skip
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the interpreter")
+def test_every_keys_tile_candidate_writes_the_same_keys_and_bags():
+    """Each keys-kernel tile the GPU autotuner may pick (one-hot and multi-hot, H200 and MI300X
+    tables) writes, per feature group, exactly the row keys and packed bags computed here from
+    the offsets by plain loops (out-of-range ids get the sentinel)."""
+    import rocmtrain.kernels.tbe_backward as tb
+    from rocmtrain.kernels.arch import keys_candidates
+    from rocmtrain.platform import DeviceInfo
+
+    m = _module("triton")
+    case = make_case(TABLES, FMAP, B=13, seed=42, max_len=6, hot_row=40)
+    idx = case.indices.clone()
+    idx[3], idx[-1] = -1, 10_000  # out of range: sentinel keys
+    F, B, N = len(FMAP), case.B, idx.numel()
+    lay, meta = m.layout, m.layout.meta(torch.device("cpu"))
+    shift = max(1, (B - 1).bit_length())
+    off = case.offsets.tolist()
+    want_keys, want_bags = [0] * N, [0] * N
+    for f in range(F):
+        t = FMAP[f]
+        for b in range(B):
+            for p in range(off[f * B + b], off[f * B + b + 1]):
+                i = int(idx[p])
+                ok = 0 <= i < TABLES[t][0]
+                want_keys[p] = sum(r for r, _ in TABLES[:t]) + i if ok else lay.total_rows
+                want_bags[p] = f << shift | b
+    groups = [([0, 2], 1.0), ([1, 3], 3.5)]
+    h200 = DeviceInfo(0, "H200", "cuda", "sm_90", 32, 132, 0)
+    mi300 = DeviceInfo(0, "MI300X", "rocm", "gfx942", 64, 304, 0)
+    for info in (h200, mi300):
+        for feats, avg in groups:
+            cands = keys_candidates(info, avg_len=avg)
+            assert len(cands) >= 4 and len(set(cands)) == len(cands)
+            for c in cands:
+                keys = torch.full((N,), -7, dtype=torch.int32)
+                bags = torch.full((N,), -7, dtype=torch.int32)
+                ft = torch.tensor(feats, dtype=torch.int32)
+                tb._KEYS.run(
+                    (tb.cdiv(B, c.bags), len(feats)), idx, case.offsets, keys, bags, meta.rows,
+                    meta.row_offset, ft, B, shift, lay.total_rows, BAGS=c.bags,
+                    BLOCK_L=c.block_l, num_warps=c.num_warps,
+                )  # fmt: skip
+                mine = [p for f in feats for p in range(off[f * B], off[(f + 1) * B])]
+                assert [int(keys[p]) for p in mine] == [want_keys[p] for p in mine], c
+                assert [int(bags[p]) for p in mine] == [want_bags[p] for p in mine], c
+                others = sorted(set(range(N)) - set(mine))
+                assert (keys[others] == -7).all() and (bags[others] == -7).all(), c
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the interpreter")
