@@ -122,7 +122,10 @@ def run(args) -> dict:
             provs.append(Fbgemm(case, dev))
         except ImportError as e:
             print(f"fbgemm_gpu not importable ({e}): ours only", flush=True)
-    res["groups"] = [(ids.tolist(), avg) for ids, avg, _ in provs[0].m._groups[str(dev)]]
+    grouped = provs[0].m
+    res["groups"] = [
+        (ids.tolist(), avg) for ids, avg, _ in grouped._groups[str(grouped.weights.device)]
+    ]
     timer = bt.Timer(dev, args.reps)
     k = [0]
 
