@@ -82,7 +82,8 @@ def analyse(events: list[dict], min_gap_us: float, depth: int) -> dict:
     calls = [e for e in events if e.get("ph") == "X" and e.get("cat") in RUNTIME_CATS]
     runtime = {e["args"]["correlation"]: e for e in calls if "correlation" in e.get("args", {})}
     stacks = CpuStacks(events)
-    steps = sorted((e for e in events if e.get("ph") == "X"
+    # the host's step ranges (the trace also holds a GPU-side copy of each, cat gpu_user_*)
+    steps = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in CPU_CATS
                     and str(e.get("name", "")).startswith("ProfilerStep#")),
                    key=lambda e: e["ts"])  # fmt: skip
     out_steps = []

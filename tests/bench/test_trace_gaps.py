@@ -22,6 +22,7 @@ def test_trace_gaps_attributes_idle_time(tmp_path):
 
     ev = [
         _x("user_annotation", "ProfilerStep#7", 0, 1000),
+        _x("gpu_user_annotation", "ProfilerStep#7", 100, 400, tid=7),  # not a step of its own
         _x("user_annotation", "_TBEFunctionBackward", 300, 100),
         _x("cpu_op", "aten::sort", 320, 30),
         _x("cuda_runtime", "cudaLaunchKernel", 330, 5, correlation=2),
