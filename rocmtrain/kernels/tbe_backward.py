@@ -653,7 +653,7 @@ def backward_update(
     A few Triton launches (keys, one per feature group; tiles; hot-row carries, only when the
     batch spans more than one hot block; hot rows) and one ``torch.sort``; no host sync and no
     data-dependent host shape, so the whole call can be captured in a CUDA / HIP graph (the
-    first call per shape class on a GPU times the keys tiles, so capture a later call).
+    first eager call per shape class on a GPU times the keys tiles; a capture uses the table's).
     ``groups`` (the forward's :func:`~.tbe_forward.feature_groups`): the keys kernel runs per
     group with a tile for its mean bag length; None = one launch over all features. ``scal`` (fp32 [8])
     holds the step's optimizer scalars; when None it is filled here (the module passes its own,
