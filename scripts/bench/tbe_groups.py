@@ -20,7 +20,7 @@ the profiled GPU time per kernel of one ``fwd+bwd`` call.
 
 Commands::
 
-    python3 scripts/bench/tbe_groups.py --out $OUT/groups      # H200, ~2 min with FBGEMM
+    python3 scripts/bench/tbe_groups.py --out $OUT/groups      # H200, ~20 s with FBGEMM
     TRITON_INTERPRET=1 .venv/bin/python scripts/bench/tbe_groups.py --cpu-smoke --out /tmp/g
 """
 
