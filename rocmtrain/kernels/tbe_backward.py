@@ -620,11 +620,11 @@ def _keys_tile(dev, info, avg_len: float, B: int, index_dtype, launch) -> Launch
     """The keys kernel's tile: on a GPU the fastest of :func:`keys_candidates` at the first
     call per shape class (the kernel only writes ``keys``/``bags``, so timing it repeats
     nothing), else the table's."""
-    if not autotune_enabled(dev):
-        return keys_config(info, avg_len=avg_len)
     key = (info.arch, _pow2_bucket(avg_len), _pow2_bucket(B), index_dtype)
     cfg = _KEYS_TUNED.get(key)
-    if cfg is None:
+    if cfg is None:  # only a tuned choice is kept
+        if not autotune_enabled(dev):
+            return keys_config(info, avg_len=avg_len)
         cfg = _KEYS_TUNED[key] = fastest(keys_candidates(info, avg_len=avg_len), launch)
     return cfg
 

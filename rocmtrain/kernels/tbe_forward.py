@@ -251,21 +251,20 @@ def forward(
         avg_len = indices.numel() / max(1, B * layout.num_features)
         groups = [(None, avg_len, layout.max_dim)]
     for feats, avg_len, max_dim in groups:
-        kw = dict(max_dim=max_dim, avg_len=avg_len, elem_bytes=elem)
-        if not autotune_enabled(weights.device):
-            cfg = forward_config(info, **kw)
-        else:
-            key = (info.arch, max_dim, _pow2_bucket(avg_len), _pow2_bucket(B), weights.dtype,
-                   pooling, psw is not None, output_dtype)  # fmt: skip
-            cfg = _TUNED.get(key)
-            if cfg is None:
-                cfg = fastest(
+        key = (info.arch, max_dim, _pow2_bucket(avg_len), _pow2_bucket(B), weights.dtype,
+               pooling, psw is not None, output_dtype)  # fmt: skip
+        cfg = _TUNED.get(key)
+        if cfg is None:  # only a tuned choice is kept; the checks below stay off the hot path
+            kw = dict(max_dim=max_dim, avg_len=avg_len, elem_bytes=elem)
+            if not autotune_enabled(weights.device):
+                cfg = forward_config(info, **kw)
+            else:
+                cfg = _TUNED[key] = fastest(
                     forward_candidates(info, **kw),
                     lambda c, f=feats, d=max_dim: _launch(
                         c, layout, weights, indices, offsets, psw, out, pooling, B, f, d
                     ),
                 )
-                _TUNED[key] = cfg
         _launch(cfg, layout, weights, indices, offsets, psw, out, pooling, B, feats, max_dim,
                 bad_count)  # fmt: skip
     return out

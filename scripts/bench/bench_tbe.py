@@ -203,7 +203,9 @@ class Ours:
 class Fbgemm:
     name = "fbgemm"
 
-    def __init__(self, case, dev, kind):
+    def __init__(self, case, dev, kind, *, output_dtype=torch.float32, bounds_check="NONE"):
+        """``output_dtype`` fp32 / bf16 / fp16; ``bounds_check`` a ``BoundsCheckMode`` name
+        (TorchRec builds FBGEMM's TBE with ``WARNING``)."""
         from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
         from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
             BoundsCheckMode,
@@ -221,10 +223,12 @@ class Fbgemm:
         opt = {"sgd": EmbOptimType.EXACT_SGD,
                "rowwise_adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD}[kind]  # fmt: skip
         wp = SparseType.FP32 if case.dtype == torch.float32 else SparseType.FP16
+        sparse = {torch.float32: SparseType.FP32, torch.bfloat16: SparseType.BF16,
+                  torch.float16: SparseType.FP16}  # fmt: skip
         self.m = SplitTableBatchedEmbeddingBagsCodegen(
             [(r, case.dim, loc, cd) for r in case.rows], optimizer=opt, learning_rate=LR, eps=1e-8,
-            weights_precision=wp, output_dtype=SparseType.FP32, pooling_mode=PoolingMode.SUM,
-            bounds_check_mode=BoundsCheckMode.NONE, device=dev,
+            weights_precision=wp, output_dtype=sparse[output_dtype], pooling_mode=PoolingMode.SUM,
+            bounds_check_mode=BoundsCheckMode[bounds_check], device=dev,
         )  # fmt: skip
 
     def weights(self):
@@ -431,6 +435,15 @@ def profile_kernels(fn, dev) -> list[dict]:
             us = getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0)
             out.append({"name": e.name[:160], "us": round(float(us), 2)})
     return out
+
+
+def kernel_split(fn, dev) -> dict[str, float]:
+    """GPU microseconds per kernel name (first 60 characters) of one ``fn()`` call, largest
+    first; {} on CPU."""
+    split: dict[str, float] = {}
+    for k in profile_kernels(fn, dev):
+        split[k["name"][:60]] = round(split.get(k["name"][:60], 0.0) + k["us"], 1)
+    return dict(sorted(split.items(), key=lambda kv: -kv[1]))
 
 
 def summary(xs: list[float]) -> dict:

@@ -212,14 +212,6 @@ def check(names, dev, small: bt.Case, grad_dtype: torch.dtype) -> dict:
     return out
 
 
-def kernel_split(m, grad, idx, off, dev) -> dict[str, float]:
-    """GPU microseconds per kernel name for one call (torch.profiler)."""
-    split: dict[str, float] = {}
-    for k in bt.profile_kernels(lambda: call(m, grad, idx, off), dev):
-        split[k["name"][:60]] = round(split.get(k["name"][:60], 0.0) + k["us"], 1)
-    return dict(sorted(split.items(), key=lambda kv: -kv[1]))
-
-
 def time_case(case: bt.Case, names: list[str], args, dev, timer: bt.Timer) -> dict:
     """Every variant on one table set, in interleaved rounds; kernel split per variant."""
     m = make_module(case, dev)
@@ -246,7 +238,7 @@ def time_case(case: bt.Case, names: list[str], args, dev, timer: bt.Timer) -> di
         use_variant(name)
         ratio = [b / t for b, t in zip(times[base], times[name], strict=True)]
         rows[name] = {"ms": bt.summary(times[name]), "speedup_vs_" + base: bt.summary(ratio),
-                      "kernels_us": kernel_split(m, grad, *sets[0], dev)}  # fmt: skip
+                      "kernels_us": bt.kernel_split(lambda: call(m, grad, *sets[0]), dev)}  # fmt: skip
         print(f"{case.dist:8s} {name:16s} {rows[name]['ms']['median']:.3f} ms "
               f"[{rows[name]['ms']['min']:.3f}-{rows[name]['ms']['max']:.3f}]  "
               f"x{statistics.median(ratio):.2f} vs {base}", flush=True)  # fmt: skip

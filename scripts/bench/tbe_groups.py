@@ -8,8 +8,9 @@ rowwise Adagrad, bf16 pooled output and gradient, 65536 samples)? Providers:
 
 - ``grouped``: ``TableBatchedEmbeddingBags`` as the TorchRec sharder builds it (groups measured);
 - ``one_tile``: the same with every feature given the set's mean bag length (one group);
-- ``fbgemm``: ``SplitTableBatchedEmbeddingBagsCodegen`` (EXACT_ROWWISE_ADAGRAD, bf16 output,
-  TorchRec's default bounds check ``WARNING``), when fbgemm_gpu is installed.
+- ``fbgemm``: ``bench_tbe.Fbgemm`` (``SplitTableBatchedEmbeddingBagsCodegen``,
+  EXACT_ROWWISE_ADAGRAD) with bf16 output and TorchRec's default bounds check ``WARNING``, when
+  fbgemm_gpu is installed.
 
 Gate before timing: ``grouped`` and ``one_tile`` start from the same rows and must agree on the
 forward and on the rows and Adagrad state after one step (1e-5 relative). Each mode (``fwd``,
@@ -59,32 +60,6 @@ class Ours:
         return self.m(idx, off)
 
 
-class Fbgemm:
-    name = "fbgemm"
-
-    def __init__(self, case: bt.Case, dev):
-        from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
-        from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
-            BoundsCheckMode,
-            PoolingMode,
-        )
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-            ComputeDevice,
-            EmbeddingLocation,
-            SplitTableBatchedEmbeddingBagsCodegen,
-        )
-
-        self.m = SplitTableBatchedEmbeddingBagsCodegen(
-            [(r, case.dim, EmbeddingLocation.DEVICE, ComputeDevice.CUDA) for r in case.rows],
-            optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=bt.LR, eps=1e-8,
-            weights_precision=SparseType.FP32, output_dtype=SparseType.BF16,
-            pooling_mode=PoolingMode.SUM, bounds_check_mode=BoundsCheckMode.WARNING, device=dev,
-        )  # fmt: skip
-
-    def fwd(self, idx, off):
-        return self.m(idx, off)
-
-
 def gate(a: Ours, b: Ours, idx, off, grad) -> dict:
     """``grouped`` vs ``one_tile`` from the same rows: forward, then rows and state after a step."""
     b.m.weights.data.copy_(a.m.weights.data)
@@ -101,13 +76,6 @@ def gate(a: Ours, b: Ours, idx, off, grad) -> dict:
             "ok": fwd < 1e-2 and w < 1e-5 and s < 1e-5}  # fmt: skip
 
 
-def kernel_split(fn, dev) -> dict[str, float]:
-    split: dict[str, float] = {}
-    for k in bt.profile_kernels(fn, dev):
-        split[k["name"][:60]] = round(split.get(k["name"][:60], 0.0) + k["us"], 1)
-    return dict(sorted(split.items(), key=lambda kv: -kv[1]))
-
-
 def run(args) -> dict:
     dev = torch.device(args.device)
     case = bv.dlrm_case(args.rows_cap, args.batch, args.dist)
@@ -119,7 +87,10 @@ def run(args) -> dict:
     print("gate:", json.dumps(res["gate"]), flush=True)
     if dev.type == "cuda" and not args.no_fbgemm:
         try:
-            provs.append(Fbgemm(case, dev))
+            # as TorchRec builds it: bf16 output, bounds check WARNING
+            fb = bt.Fbgemm(case, dev, "rowwise_adagrad", output_dtype=torch.bfloat16,
+                           bounds_check="WARNING")  # fmt: skip
+            provs.append(fb)
         except ImportError as e:
             print(f"fbgemm_gpu not importable ({e}): ours only", flush=True)
     grouped = provs[0].m
@@ -160,7 +131,7 @@ def run(args) -> dict:
                   f"{n}/grouped x{statistics.median(ratio):.3f} "
                   f"[{min(ratio):.3f}-{max(ratio):.3f}]", flush=True)  # fmt: skip
         res["modes"][mode] = rows
-    res["kernels_us"] = {p.name: kernel_split(fns[(p.name, "fwd+bwd")], dev) for p in provs}
+    res["kernels_us"] = {p.name: bt.kernel_split(fns[(p.name, "fwd+bwd")], dev) for p in provs}
     for n, split in res["kernels_us"].items():
         print(n, json.dumps(dict(list(split.items())[:12])), flush=True)
     return res
