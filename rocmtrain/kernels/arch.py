@@ -59,6 +59,11 @@ class ArchParams:
     occurrences inside one program are summed in registers across steps, so only the runs cut
     by a program's borders leave fp32 partials for the hot-row kernels (whose work scales with
     the number of programs). 1 = straight-line code (a loop costs registers)."""
+    bwd_piece_steps: int = 1
+    """Backward: steps gathered per loop iteration where a tile program is one row's interior
+    piece (skewed ids: most programs of a hot row), so ``bwd_piece_steps * step`` gradient rows
+    are in flight at once; at most ``bwd_steps``, dividing it. The piece path holds no keys,
+    rows or optimizer state, so it has the registers for a wider gather."""
     bwd_maxnreg: int = 0
     """Backward tile kernel: registers per thread at most (NVIDIA's ``maxnreg``; 0 = the
     compiler's choice; ignored on AMD, whose backend has no such option). The tile kernel is
@@ -86,8 +91,16 @@ ARCH_TABLE: dict[str, ArchParams] = {
     # whole backward ran 1.12x / 1.07x (uniform) and 1.47x / 1.38x (Zipf) faster than one
     # uncapped step, in two runs (BENCHMARKS.md, ninth session); the tile kernel then moves its
     # bytes at 84 % of the copy bandwidth (tenth session).
+    # Interior pieces gather 2 steps (16 rows) per iteration: at the recipe's ids (64 % of them
+    # on 14.5 K hot rows) the tile kernel took 3,037 instead of 3,089 us and the backward 1.01x
+    # [1.00-1.01] less; 4 steps per iteration was 0.97x (bwd_variants, 2026-12-03).
     "sm_90": ArchParams(
-        bwd_lanes=64, bwd_max_tile=8, bwd_bag_sorted=True, bwd_steps=8, bwd_maxnreg=80
+        bwd_lanes=64,
+        bwd_max_tile=8,
+        bwd_bag_sorted=True,
+        bwd_steps=8,
+        bwd_maxnreg=80,
+        bwd_piece_steps=2,
     ),
     # sm_80: the H200's tile, without the steps and the register cap (not measured on an A100)
     "sm_80": ArchParams(bwd_lanes=64, bwd_max_tile=8, bwd_bag_sorted=True),
@@ -212,6 +225,8 @@ class LaunchConfig:
     hot_num_warps: int = 0
     maxnreg: int = 0
     steps: int = 1
+    piece_steps: int = 1
+    """Backward: steps gathered per loop iteration of an interior-piece tile program."""
     prefetch: bool = False
     """Forward: load the next loop step's indices before this step's row gathers."""
 
@@ -359,6 +374,8 @@ def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, in
         tile = max(16, min(tile, _pow2_floor((2**20 // block_d) ** 0.5)))
 
     ws = max(info.warp_size, 1)
+    steps = p.bwd_steps if block_d <= 128 else 1
+    piece = max(1, min(p.bwd_piece_steps, steps))
     cfg = LaunchConfig(
         bags=1,
         block_l=tile,
@@ -375,6 +392,7 @@ def backward_config(info: DeviceInfo, *, max_dim: int) -> tuple[LaunchConfig, in
         # wider rows need their registers (D=256 spills under a 72/80 cap)
         maxnreg=p.bwd_maxnreg if info.backend == "cuda" and block_d <= 128 else 0,
         # wider rows: the loop takes 200+ registers (sm_90 SASS, D=256)
-        steps=p.bwd_steps if block_d <= 128 else 1,
+        steps=steps,
+        piece_steps=piece if steps % piece == 0 else 1,
     )
     return cfg, tile

@@ -249,7 +249,7 @@ def _bwd_tile_kernel(
     OPT: tl.constexpr, SR: tl.constexpr, SR_DROP: tl.constexpr, HAS_PSW: tl.constexpr,
     MEAN: tl.constexpr, NEED_DPSW: tl.constexpr, VEC: tl.constexpr, DIM: tl.constexpr,
     TILE: tl.constexpr, STEP: tl.constexpr, BLOCK_D: tl.constexpr, REDUCE: tl.constexpr,
-    BAG_SORTED: tl.constexpr, POS64: tl.constexpr,
+    BAG_SORTED: tl.constexpr, POS64: tl.constexpr, PIECE: tl.constexpr,
 ):  # fmt: skip
     """Program t owns sorted positions ``[t*TILE, (t+1)*TILE)``, walked ``STEP`` at a time
     (:func:`_tile_step`: one ``[STEP, BLOCK_D]`` tile of gradient rows, each row's run of equal
@@ -287,19 +287,21 @@ def _bwd_tile_kernel(
         else:
             # the steps' tiles are summed in registers and reduced across warps once: a
             # reduction per step is a shared-memory round trip and a barrier every step
-            piece_acc = tl.zeros([STEP, BLOCK_D], dtype=tl.float32)
-            qb = t0 + tl.arange(0, STEP)
+            # PIECE (a multiple of STEP dividing TILE) rows per iteration: more gradient rows
+            # in flight than one step holds
+            piece_acc = tl.zeros([PIECE, BLOCK_D], dtype=tl.float32)
+            qb = t0 + tl.arange(0, PIECE)
             bag_n = _sorted_bags(bags_ptr, perm_ptr, qb, qb < t1, qb < t1, BAG_SORTED)
-            for s in range(t0, t1, STEP):
-                # the next step's bags load before this step's gradient rows: one dependent
+            for s in range(t0, t1, PIECE):
+                # the next iteration's bags load before this one's gradient rows: one dependent
                 # load less per step (the piece path has registers to spare, the tile path not)
                 bag = bag_n
-                qb = s + STEP + tl.arange(0, STEP)
+                qb = s + PIECE + tl.arange(0, PIECE)
                 bag_n = _sorted_bags(bags_ptr, perm_ptr, qb, qb < t1, qb < t1, BAG_SORTED)
                 piece_acc += _piece_step(
                     s, t1, k0, bag, weights_ptr, go_ptr, go_stride, perm_ptr, offsets_ptr,
                     psw_ptr, dpsw_ptr, B, BAG_SHIFT, f_woff_ptr, f_roff_ptr, f_dim_ptr,
-                    f_doff_ptr, HAS_PSW, MEAN, NEED_DPSW, VEC, DIM, STEP, BLOCK_D, BAG_SORTED,
+                    f_doff_ptr, HAS_PSW, MEAN, NEED_DPSW, VEC, DIM, PIECE, BLOCK_D, BAG_SORTED,
                 )  # fmt: skip
             piece_sum = tl.sum(piece_acc, axis=0)
         piece = 2 * t.to(tl.int64) + 1 - head.to(tl.int64)
@@ -721,7 +723,8 @@ def backward_update(
         meta.weights_offset, meta.row_offset, meta.dim, meta.d_offsets,
         HAS_PSW=psw is not None, MEAN=pooling == "mean", NEED_DPSW=dpsw is not None,
         STEP=step, BLOCK_D=cfg.block_d, REDUCE=cfg.reduce, BAG_SORTED=cfg.bag_sorted,
-        POS64=N + 2 * tile >= 2**31, **opt, **cfg.tile_launch_kwargs(spec.kind),
+        POS64=N + 2 * tile >= 2**31, PIECE=step * cfg.piece_steps, **opt,
+        **cfg.tile_launch_kwargs(spec.kind),
     )  # fmt: skip
 
     # 3. hot rows (segments across tile borders), two levels: hot blocks of ``hot_tiles`` tiles

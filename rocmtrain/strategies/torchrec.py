@@ -44,7 +44,9 @@ LightningModule with a plain ``training_step(self, batch, batch_idx)`` — nothi
 module (:mod:`rocmtrain.strategies.input_pipeline`). ``pipeline="semi_sync"`` (one step stale
 embeddings) is TorchRec's own ``TrainPipelineSemiSync``, which owns the data iterator: a module
 drives it through :meth:`make_train_pipeline` (``calls_model_itself = True``, e.g.
-``rocmtrain.models.module.PipelinedDLRMModule``).
+``rocmtrain.models.module.PipelinedDLRMModule``). Either way the all-to-all's output permutation
+is built once per shape instead of once per batch (:mod:`rocmtrain.strategies.recat_cache`), so the
+sparse input dist makes no host sync per step.
 """
 
 from __future__ import annotations
@@ -287,6 +289,9 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
                 "(calls_model_itself = True, e.g. rocmtrain.models.module.PipelinedDLRMModule); "
                 "use pipeline='sparse_dist' (any training_step) or 'none'",
             )
+        from rocmtrain.strategies import recat_cache
+
+        recat_cache.install()  # the input dist's all-to-all permutation: no host sync per batch
         self.accelerator.setup(trainer)
         self.precision_plugin.convert_module(self.model)
         self.model_to_device()

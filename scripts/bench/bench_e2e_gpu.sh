@@ -75,6 +75,10 @@ if [ "$MODE" = gpu ]; then
   # stage trains one epoch: 15 warm-up steps (compile, pipeline fill, profile) + 30 timed
   GB=65536; ROWS_CAP=10000000; WARMUP=15; SYNC=5; TRAIN_BATCHES=45; VAL_BATCHES=1; CACHE=4
   ANCHOR_STEPS=30; STAGE_T=150
+  # profiled steps 12-14 (wait 10, warm-up 1, 3 recorded): DDP's reducer times its first 10
+  # iterations (and every 100th) with CUDA events it synchronises at the next forward's start,
+  # so a window inside them shows a host stall the timed steps (16-45) do not have
+  PROF_WAIT=10; PROF_WARM=1
   FRESH_WORKERS=12; FRESH_BATCHES=80; FRESH_VAL=8
   RT_COMMON=(trainer=gpu strategy.backend=nccl)
   ANCHOR_DEV=()
@@ -83,6 +87,7 @@ else
   NGPU=2  # two gloo ranks stand in for two GPUs
   GB=256; ROWS_CAP=2000; WARMUP=2; SYNC=2; TRAIN_BATCHES=6; VAL_BATCHES=1; CACHE=2
   ANCHOR_STEPS=4; STAGE_T=300
+  PROF_WAIT=3; PROF_WARM=2
   FRESH_WORKERS=1; FRESH_BATCHES=6; FRESH_VAL=1
   RT_COMMON=(trainer=cpu strategy.backend=gloo)
   ANCHOR_DEV=(--cpu)
@@ -198,7 +203,7 @@ rocm() {  # rocm NAME GPUS [overrides]
 }
 
 BF16=(precision=bf16 precision.policy.interaction=autocast)
-PROF=(profile=true monitor.profiler_wait_steps=3 monitor.profiler_warmup_steps=2
+PROF=(profile=true "monitor.profiler_wait_steps=$PROF_WAIT" "monitor.profiler_warmup_steps=$PROF_WARM"
       monitor.profiler_active_steps=3 monitor.profiler_top_k=30)
 if [ "$MODE" = cpu ]; then
   SMALL=(model.embedding_dim=16 model.dense_arch_layer_sizes=[32,16] model.over_arch_layer_sizes=[32,16,1]
@@ -250,7 +255,8 @@ for rep in 1 2 3 4 5; do
   sfx=$([ "$rep" = 1 ] || echo "_r$rep")
   if [ "$rep" = 1 ]; then
     anchor anchor_1gpu_bf16_compiled 1 "${A1[@]}" --compile \
-      --profile-dir "$WORK/runs/anchor_1gpu_bf16_compiled/profile"
+      --profile-dir "$WORK/runs/anchor_1gpu_bf16_compiled/profile" --profile-wait "$PROF_WAIT" \
+      --profile-warmup "$PROF_WARM"
     rocm rt_1gpu_fbgemm_bf16 1 "${RT[@]}" "${PROF[@]}" "${SYNCS[@]}"
     rocm rt_1gpu_triton_bf16 1 "${RT_TRITON[@]}" "${PROF[@]}" "${SYNCS[@]}"
   else

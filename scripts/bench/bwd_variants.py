@@ -64,20 +64,21 @@ VARIANTS: dict[str, dict] = {
     "scan16x4": {**_ONE_STEP, "step": 16, "num_warps": 4},
     "dot16x4": {**_ONE_STEP, "reduce": "dot", "step": 16, "num_warps": 4},
 }
-_STEPPED = re.compile(r"s(\d+)((?:_[wtr]\d+)*)")
+_STEPPED = re.compile(r"s(\d+)((?:_[wtrp]\d+)*)")
 
 
 def variant_config(name: str) -> dict:
     """A variant's overrides: a name from ``VARIANTS``, or ``s<steps>`` with optional
-    ``_w<warps>`` (warps per tile program), ``_t<step>`` (positions per step) and ``_r<cap>``
-    (register cap; without it none, whatever the table sets), e.g. ``s4_w4_r64``."""
+    ``_w<warps>`` (warps per tile program), ``_t<step>`` (positions per step), ``_r<cap>``
+    (register cap; without it none, whatever the table sets) and ``_p<n>`` (steps per loop
+    iteration of an interior piece; without it the table's), e.g. ``s4_w4_r64``, ``s8_r80_p1``."""
     if name in VARIANTS:
         return dict(VARIANTS[name])
     m = _STEPPED.fullmatch(name)
     if not m:
         raise KeyError(name)
     out = dict(steps=int(m.group(1)), maxnreg=0)
-    keys = {"w": "num_warps", "t": "step", "r": "maxnreg"}
+    keys = {"w": "num_warps", "t": "step", "r": "maxnreg", "p": "piece_steps"}
     for part in filter(None, m.group(2).split("_")):
         out[keys[part[0]]] = int(part[1:])
     return out

@@ -136,10 +136,14 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--profile-dir",
         default=None,
-        help="torch.profiler over steps 6-8 (wait 3, warm-up 2, 3 recorded; rank 0): writes "
-        "top_kernels.md and step_timeline.json (wall vs GPU-busy time, blocking syncs) here, "
-        "the same tables as rocmtrain's profile=true",
+        help="torch.profiler over 3 recorded steps after --profile-wait + --profile-warmup (rank "
+        "0): writes top_kernels.md and step_timeline.json (wall vs GPU-busy time, blocking "
+        "syncs) here, the same tables as rocmtrain's profile=true",
     )
+    p.add_argument("--profile-wait", type=int, default=3,
+                   help="steps before the profiler starts (10 on GPUs: DDP's reducer syncs on its "
+                   "timing events in the forwards of iterations 1-10)")  # fmt: skip
+    p.add_argument("--profile-warmup", type=int, default=2, help="profiler warm-up steps")
     return p.parse_args()
 
 
@@ -242,7 +246,8 @@ def exact_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
 
 
 def _profiler(args: argparse.Namespace, device: torch.device):
-    """torch.profiler over steps 6-8; the report uses rocmtrain's profiling tables."""
+    """torch.profiler over 3 steps after ``--profile-wait`` + ``--profile-warmup``; the report
+    uses rocmtrain's profiling tables."""
     from pathlib import Path
 
     from torch.profiler import ProfilerActivity, profile, schedule
@@ -274,7 +279,7 @@ def _profiler(args: argparse.Namespace, device: torch.device):
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
     prof = profile(
         activities=activities,
-        schedule=schedule(wait=3, warmup=2, active=3, repeat=1),
+        schedule=schedule(wait=args.profile_wait, warmup=args.profile_warmup, active=3, repeat=1),
         on_trace_ready=ready,
     )
     prof.start()
@@ -395,7 +400,7 @@ def main() -> None:
                 break
             if prof is not None:
                 prof.step()
-                if step == 8:  # window done (wait 3 + warm-up 2 + 3 recorded), inside the warm-up
+                if step == args.profile_wait + args.profile_warmup + 3:  # window done
                     prof.stop()
                     prof = None
             losses.append(out[0].detach().float())

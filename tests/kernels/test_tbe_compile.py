@@ -188,6 +188,10 @@ def test_register_cap_policy(monkeypatch):
     assert shipped.tile_launch_kwargs("sgd")["maxnreg"] == 80 and shipped.steps == 8
     assert arch.backward_config(DEVICES["sm_90"], max_dim=256)[0].steps == 1
     assert arch.backward_config(DEVICES["gfx942"], max_dim=128)[0].steps == 1  # not measured
+    # interior pieces gather 2 steps per iteration where a program has several steps
+    assert shipped.piece_steps == 2
+    assert arch.backward_config(DEVICES["sm_90"], max_dim=256)[0].piece_steps == 1
+    assert arch.backward_config(DEVICES["gfx942"], max_dim=128)[0].piece_steps == 1
     for key in ("sm_90", "gfx942"):
         monkeypatch.setitem(arch.ARCH_TABLE, key,
                             dataclasses.replace(arch.ARCH_TABLE[key], bwd_maxnreg=72))  # fmt: skip

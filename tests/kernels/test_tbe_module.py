@@ -581,15 +581,17 @@ def test_very_hot_row_among_uniform_matches_oracle(kind, wdtype):
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the interpreter")
-@pytest.mark.parametrize("hot_tiles,hot_block,kind,steps", [
-    (16, 32, "rowwise_adagrad", 1), (2, 2, "adam", 1), (2, 2, "rowwise_adagrad", 4),
-    (4, 2, "sgd", 8)])  # fmt: skip
-def test_hot_row_gpu_tiles_two_level_reduction(monkeypatch, hot_tiles, hot_block, kind, steps):
+@pytest.mark.parametrize("hot_tiles,hot_block,kind,steps,piece", [
+    (16, 32, "rowwise_adagrad", 1, 2), (2, 2, "adam", 1, 1), (2, 2, "rowwise_adagrad", 4, 1),
+    (2, 2, "rowwise_adagrad", 4, 2), (4, 2, "sgd", 8, 2), (4, 2, "adam", 8, 4)])  # fmt: skip
+def test_hot_row_gpu_tiles_two_level_reduction(monkeypatch, hot_tiles, hot_block, kind, steps,
+                                               piece):  # fmt: skip
     """The GPU configuration (8-position steps, scan) in the interpreter with a row seen 600
     times: at one step per tile program 75 tiles = 5 hot blocks of 16 (the H200 table), or 38
     blocks of 2 with the carry walk taking 2 blocks per step (19 steps); at 4 or 8 steps per
-    program (32 / 64 positions) 19 / 10 programs in blocks of 2 / 4; plus rows ending inside one
-    block; vs the oracle."""
+    program (32 / 64 positions) 19 / 10 programs in blocks of 2 / 4, their interior pieces
+    gathering 1, 2 or 4 steps per loop iteration; plus rows ending inside one block; vs the
+    oracle."""
     import dataclasses
 
     import rocmtrain.kernels.arch as arch
@@ -601,10 +603,11 @@ def test_hot_row_gpu_tiles_two_level_reduction(monkeypatch, hot_tiles, hot_block
     monkeypatch.setattr(tb, "_device_info", lambda idx: h200)
     monkeypatch.setattr(tf, "_device_info", lambda idx: h200)
     p = dataclasses.replace(arch.ARCH_TABLE["sm_90"], hot_tiles=hot_tiles, hot_block=hot_block,
-                            bwd_steps=steps)  # fmt: skip
+                            bwd_steps=steps, bwd_piece_steps=piece)  # fmt: skip
     monkeypatch.setitem(arch.ARCH_TABLE, "sm_90", p)
     cfg, step = tb.backward_config(h200, max_dim=4)
     assert (step, cfg.steps, cfg.hot_tiles, cfg.hot_block) == (8, steps, hot_tiles, hot_block)
+    assert cfg.piece_steps == min(piece, steps)
     tables, fmap = [(300, 4), (9, 4)], [0, 1, 0]
     case = _very_hot_case(tables, fmap, B=6, L0=110, hot=600, seed=4)
     opt = OPTS[kind]
