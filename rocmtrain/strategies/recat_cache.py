@@ -40,7 +40,12 @@ stats = {"built": 0, "reused": 0}
 
 
 def _key(local_split, num_splits, stagger, device, batch_size_per_rank) -> tuple:
-    dev = str(torch.device(device)) if device is not None else None
+    dev = None
+    if device is not None:
+        dev = torch.device(device)
+        if dev.type == "cuda" and dev.index is None:  # "cuda" means the current device
+            dev = torch.device("cuda", torch.cuda.current_device())
+        dev = str(dev)
     sizes = tuple(int(b) for b in batch_size_per_rank) if batch_size_per_rank is not None else None
     return int(local_split), int(num_splits), int(stagger), dev, sizes
 

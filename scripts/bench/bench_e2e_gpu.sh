@@ -71,10 +71,12 @@ log() { echo "[e2e $(date -u +%H:%M:%S) +$(( $(date +%s) - T_START ))s] $*" | te
 
 if [ "$MODE" = gpu ]; then
   NGPU=$($PY -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
-  # steps are cheap (~30 ms); a stage's time is its start-up (imports, tables, compile), so each
-  # stage trains one epoch: 15 warm-up steps (compile, pipeline fill, profile) + 30 timed
-  GB=65536; ROWS_CAP=10000000; WARMUP=15; SYNC=5; TRAIN_BATCHES=45; VAL_BATCHES=1; CACHE=4
-  ANCHOR_STEPS=30; STAGE_T=150
+  # steps are cheap (~22 ms); a stage's time is its start-up (imports, tables, compile), so each
+  # stage trains one epoch: 15 warm-up steps (compile, pipeline fill, profile) + 80 timed (16
+  # windows of 5; with 6 windows of 30 steps, one stage's rounds spread 0.7-0.9 %), ending
+  # before DDP's 100th iteration, which it times with a host sync (see PROF_WAIT)
+  GB=65536; ROWS_CAP=10000000; WARMUP=15; SYNC=5; TRAIN_BATCHES=95; VAL_BATCHES=1; CACHE=4
+  ANCHOR_STEPS=80; STAGE_T=150
   # profiled steps 12-14 (wait 10, warm-up 1, 3 recorded): DDP's reducer times its first 10
   # iterations (and every 100th) with CUDA events it synchronises at the next forward's start,
   # so a window inside them shows a host stall the timed steps (16-45) do not have
