@@ -2,20 +2,24 @@
 
     trainer = pl.Trainer(callbacks=[ThroughputCallback(run_dir, warmup_steps=15)])
 
-Timing does not perturb the GPU stream: the host clock is read at every training-batch end, but the
-device is synchronised only every ``sync_every`` steps; each window of ``sync_every`` steps
-(after the first ``warmup_steps`` training steps of the fit, never spanning a validation or an
-epoch end) gives one rate
-``global_batch * steps / seconds``. ``samples_per_s`` is the median of those window rates
-(``samples_per_s_mean`` = total samples / total time over the windows). The time includes the
-data loading between steps. Written by global rank 0 at the end of every epoch (partial results
-survive a later crash) and at the end of training; every rank reports its peak memory. The final
-write adds the module's ``step_losses`` (the loss of every step) where it has them.
+Each window of ``sync_every`` steps (after the first ``warmup_steps`` training steps of the fit,
+never spanning a validation or an epoch end) gives one rate ``global_batch * steps / seconds``.
+``samples_per_s`` is the median of those window rates (``samples_per_s_mean`` = total samples /
+total time over the windows). Window boundaries are timed by :class:`WindowClock`: on a GPU with
+CUDA events on the training stream, so timing never synchronises the host and the host keeps
+running ahead of the GPU as in training (a host sync per window drains the GPU, which then waits
+for the host to refill it: ~1-2 ms per window on the H200, billed to the window); with
+``E2E_CLOCK=host`` (the method before 2026-12-03) or on CPU, the device is synchronised and the
+host clock read at each boundary. Either way the time includes the data loading between steps.
+Written by global rank 0 at the end of every epoch (partial results survive a later crash) and at
+the end of training; every rank reports its peak memory. The final write adds the module's
+``step_losses`` (the loss of every step) where it has them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -23,6 +27,41 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+
+CLOCKS = ("events", "host")
+
+
+class WindowClock:
+    """Window-boundary timestamps on ``device``: ``mark()`` -> a mark, ``seconds(a, b)`` -> the
+    time between two marks. ``E2E_CLOCK`` (default ``events``): ``events`` records a CUDA event
+    on the device's current stream (no host sync; CPU devices use the host clock), ``host``
+    synchronises the device and reads the host clock."""
+
+    def __init__(self, device: torch.device) -> None:
+        mode = os.environ.get("E2E_CLOCK", "events")
+        if mode not in CLOCKS:
+            raise ValueError(
+                f"E2E_CLOCK={mode!r}: use 'events' (CUDA events, no host sync) or 'host' "
+                "(device synchronised at each window boundary)"
+            )
+        self.device = device
+        self.events = device.type == "cuda" and mode == "events"
+        self.name = "cuda_events" if self.events else "host"
+
+    def mark(self) -> Any:
+        if self.events:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(torch.cuda.current_stream(self.device))
+            return event
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def seconds(self, start: Any, end: Any) -> float:
+        if self.events:
+            end.synchronize()  # long done by the time windows are read, except the last
+            return start.elapsed_time(end) / 1e3
+        return end - start
 
 
 class ThroughputCallback(pl.Callback):
@@ -44,15 +83,24 @@ class ThroughputCallback(pl.Callback):
         self.path = Path(run_dir) / "throughput.json"
         self.warmup_steps = warmup_steps
         self.sync_every = max(1, sync_every)
-        self.windows: list[dict[str, float]] = []
+        self._windows: list[dict[str, float]] = []
+        self._pending: list[tuple[Any, Any, dict[str, float]]] = []  # (start, end, window)
         self._epoch_step = 0
         self._steps = 0
-        self._mark: tuple[float, int] | None = None  # (time, global_step) at the window start
+        self._mark: tuple[Any, int] | None = None  # (clock mark, global_step) at the window start
         self._batch = batch_per_rank or 0
+        self._clock: WindowClock | None = None
 
-    def _sync(self, pl_module: pl.LightningModule) -> None:
-        if pl_module.device.type == "cuda":
-            torch.cuda.synchronize(pl_module.device)
+    @property
+    def windows(self) -> list[dict[str, float]]:
+        """The finished windows, their times read now (one wait for the last CUDA event)."""
+        for start, end, window in self._pending:
+            seconds = self._clock.seconds(start, end)
+            window["seconds"] = seconds
+            window["samples_per_s"] = window["samples"] / seconds if seconds > 0 else 0.0
+            self._windows.append(window)
+        self._pending = []
+        return self._windows
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_step = 0
@@ -67,21 +115,14 @@ class ThroughputCallback(pl.Callback):
             self._batch = _batch_size(batch)
         if self._steps < self.warmup_steps or self._epoch_step % self.sync_every:
             return
-        self._sync(pl_module)
-        now, step = time.perf_counter(), trainer.global_step
+        if self._clock is None:
+            self._clock = WindowClock(pl_module.device)
+        now, step = self._clock.mark(), trainer.global_step
         if self._mark is not None and step > self._mark[1]:
-            seconds = now - self._mark[0]
             steps = step - self._mark[1]
             samples = steps * self._batch * trainer.world_size
-            self.windows.append(
-                {
-                    "end_step": step,
-                    "steps": steps,
-                    "seconds": seconds,
-                    "samples": samples,
-                    "samples_per_s": samples / seconds if seconds > 0 else 0.0,
-                }
-            )
+            self._pending.append((self._mark[0], now, {"end_step": step, "steps": steps,
+                                                       "samples": samples}))  # fmt: skip
         self._mark = (now, step)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -95,8 +136,9 @@ class ThroughputCallback(pl.Callback):
 
     def summary(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
         """The document written to ``throughput.json`` (collective: all ranks must call it)."""
-        rates = [w["samples_per_s"] for w in self.windows]
-        total_s = sum(w["seconds"] for w in self.windows)
+        windows = self.windows
+        rates = [w["samples_per_s"] for w in windows]
+        total_s = sum(w["seconds"] for w in windows)
         # the strategy's device: after fit Lightning has moved the module back to the CPU
         device = trainer.strategy.root_device
         peak = _peak_memory(device)
@@ -104,17 +146,16 @@ class ThroughputCallback(pl.Callback):
         peaks = peaks.reshape(-1, 2).tolist() if trainer.world_size > 1 else [peak]
         return {
             "samples_per_s": statistics.median(rates) if rates else None,
-            "samples_per_s_mean": sum(w["samples"] for w in self.windows) / total_s
-            if total_s
-            else None,
+            "samples_per_s_mean": sum(w["samples"] for w in windows) / total_s if total_s else None,
             "step_ms_median": 1e3
-            * statistics.median([w["seconds"] / self.sync_every for w in self.windows])
-            if self.windows
+            * statistics.median([w["seconds"] / self.sync_every for w in windows])
+            if windows
             else None,
-            "windows": self.windows,
-            "measured_steps": sum(w["steps"] for w in self.windows),
+            "windows": windows,
+            "measured_steps": sum(w["steps"] for w in windows),
             "warmup_steps": self.warmup_steps,
             "sync_every": self.sync_every,
+            "clock": self._clock.name if self._clock is not None else None,
             "world_size": trainer.world_size,
             "batch_per_rank": self._batch,
             "global_batch": self._batch * trainer.world_size,

@@ -27,10 +27,10 @@ import argparse
 import json
 import os
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
+from e2e_throughput import WindowClock  # same folder (run as a script)
 
 MLPERF_MULTI_HOT = [
     3,
@@ -376,10 +376,10 @@ def main() -> None:
     _ = EmbOptimType  # imported to fail early when fbgemm_gpu is missing
     pipeline = TrainPipelineSparseDist(dmp, dense_opt, device)
     amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    # windows of `sync_every` steps, synced only at window ends (per-step syncs would stall the
-    # pipeline's look-ahead); median window rate, like rocmtrain's ThroughputCallback
-    step_ms: list[float] = []
+    # windows of `sync_every` steps timed by CUDA events (E2E_CLOCK=host: the device synced at
+    # window ends); median window rate, like rocmtrain's ThroughputCallback
+    clock = WindowClock(device)
+    windows: list[tuple[object, object, int]] = []  # (start mark, end mark, steps)
     losses: list[torch.Tensor] = []
     history: list[dict[str, float]] = []
     prof = _profiler(args, device) if args.profile_dir and rank == 0 else None
@@ -407,10 +407,9 @@ def main() -> None:
             step += 1
             done += 1
             if step >= args.warmup and done % args.sync_every == 0:
-                sync()
-                now = time.perf_counter()
+                now = clock.mark()
                 if mark is not None:
-                    step_ms.append((now - mark[0]) * 1e3 / (step - mark[1]))
+                    windows.append((mark[0], now, step - mark[1]))
                 mark = (now, step)
 
     if args.fresh_epochs:
@@ -451,6 +450,7 @@ def main() -> None:
         train(cycle(), args.warmup + args.steps)
     if prof is not None:  # a run shorter than the window: flush what was recorded
         prof.stop()
+    step_ms = [clock.seconds(a, b) * 1e3 / n for a, b, n in windows]
     med = statistics.median(step_ms) if step_ms else float("nan")
     step_losses = torch.stack(losses).tolist() if losses else []
     res = {
@@ -466,6 +466,7 @@ def main() -> None:
         "median_step_ms": med,
         "samples_per_s": batch * world / (med / 1e3) if step_ms else None,
         "median_step_ms_windows": len(step_ms),
+        "clock": clock.name,
         "peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30 if not args.cpu else 0.0,
         "loss_every_10_steps": step_losses[::10],
         "step_losses": step_losses,

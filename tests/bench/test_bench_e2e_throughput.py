@@ -5,6 +5,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -60,3 +61,50 @@ def test_windows_after_warmup_per_epoch_and_json(tmp_path):
     assert doc["samples_per_s"] == rates[len(rates) // 2]
     assert doc["measured_steps"] == 18 and doc["final"] is True
     assert doc["history"] == [{"val_auc": 0.5}] and doc["peak_mem_alloc_gib_per_rank"] == [0.0]
+
+
+def test_window_clock_rejects_an_unknown_mode(monkeypatch):
+    from e2e_throughput import WindowClock
+
+    monkeypatch.setenv("E2E_CLOCK", "wall")
+    with pytest.raises(ValueError, match="E2E_CLOCK='wall'"):
+        WindowClock(torch.device("cpu"))
+    monkeypatch.setenv("E2E_CLOCK", "events")
+    assert WindowClock(torch.device("cpu")).name == "host"  # no events on a CPU device
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_window_clock_times_gpu_work_without_a_host_sync(monkeypatch):
+    """CUDA-event windows: no host sync at a mark (the host clock's marks do sync), and the
+    time between two marks is the GPU work queued between them (within the host's view of it)."""
+    import time
+
+    from e2e_throughput import WindowClock
+
+    dev = torch.device("cuda")
+    monkeypatch.setenv("E2E_CLOCK", "events")
+    clock = WindowClock(dev)
+    assert clock.name == "cuda_events"
+    a = torch.randn(4096, 4096, device=dev)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        m0 = clock.mark()
+        for _ in range(30):
+            a = torch.tanh(a @ a)
+        m1 = clock.mark()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    host = time.perf_counter() - t0
+    gpu = clock.seconds(m0, m1)
+    assert 0.5 * host < gpu <= host
+    monkeypatch.setenv("E2E_CLOCK", "host")
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with pytest.raises(RuntimeError):
+            WindowClock(dev).mark()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
