@@ -3,12 +3,15 @@
 Every ``KJTAllToAllTensorsAwaitable`` (the sparse input dist of each batch) calls TorchRec's
 ``_get_recat`` (``torchrec/distributed/dist_data.py``, torchrec 1.6-1.8), which builds the
 permutation that reorders the all-to-all's output with ``torch.tensor(list, device=...)``: a
-copy from pageable host memory, which synchronises the host with the device. In the
-DLRM-DCNv2 recipe on one H200 that was the only host sync of a training step (the e2e bench's
-sync report, 2026-12-03), and the profiled steps show the GPU waiting on the host right after
-it. The permutation depends on its arguments only, so :func:`install` wraps the function with a
-cache keyed on them: the first call per (local split, number of splits, stagger, device, batch
-size per rank) builds the tensor as TorchRec does, later calls return that same tensor. Its
+copy from pageable host memory, which blocks the host until the current stream (the input
+pipeline's dist stream, behind the batch's copy and, across ranks, its splits all-to-all) has
+run. In the DLRM-DCNv2 recipe on one H200 that was the only torch-level host sync of a training
+step (the e2e bench's sync report: 1.0 per step before, 0.0 after, 2026-12-03); one-GPU
+throughput did not move with it, and with several ranks the host no longer waits on the input
+dist at all. The permutation depends on its arguments only, so :func:`install` wraps the
+function with a cache keyed on them: the first call per (local split, number of splits,
+stagger, device, batch size per rank) builds the tensor as TorchRec does, later calls return
+that same tensor. Its
 consumers only read it (fbgemm's permute ops, ``record_stream``), so sharing it is safe.
 
 Usage (the strategy does this in ``setup``)::
