@@ -11,8 +11,8 @@ throughput did not move with it, and with several ranks the host no longer waits
 dist at all. The permutation depends on its arguments only, so :func:`install` wraps the
 function with a cache keyed on them: the first call per (local split, number of splits,
 stagger, device, batch size per rank) builds the tensor as TorchRec does, later calls return
-that same tensor. Its
-consumers only read it (fbgemm's permute ops, ``record_stream``), so sharing it is safe.
+that same tensor. Its consumers only read it (fbgemm's permute ops, ``record_stream``), so
+sharing it is safe.
 
 Usage (the strategy does this in ``setup``)::
 
