@@ -27,6 +27,7 @@ import pytorch_lightning as pl
 
 from rocmtrain import checkpoint as ckpt
 from rocmtrain import platform
+from rocmtrain.comms.shutdown import close_process_group
 from rocmtrain.config.schema import RunConfig
 from rocmtrain.strategies import TorchRecStrategy
 
@@ -78,25 +79,11 @@ def train(cfg: RunConfig) -> dict[str, float]:
     module = build_module(cfg, strategy)
     trainer = build_trainer(cfg, run_dir, strategy=strategy)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg))
-    _close_process_group()
+    close_process_group(barrier=True)  # every rank gets here; end in step
     final = dict(module.history[-1]) if module.history else {}
     if trainer.is_global_zero and final:
         log.info("final metrics: %s", final)
     return final
-
-
-def _close_process_group() -> None:
-    """End the run's process group before the interpreter exits: gloo/NCCL objects still alive in
-    reference cycles at interpreter teardown can abort a rank ("terminate called without an
-    active exception"). Not in the strategy's teardown: one process may fit several times."""
-    import gc
-
-    import torch.distributed as dist
-
-    gc.collect()
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
 
 
 def prepare_run_dir(cfg: RunConfig) -> Path:

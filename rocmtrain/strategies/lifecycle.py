@@ -6,7 +6,8 @@ waits for peers that never come hangs without saying why; so the checks and the 
 environment come before ``init_process_group``, and :mod:`rocmtrain.faults` (error hints, hang
 watchdog, two-phase timeouts, preemption) joins the trainer right after it. The collectives the
 strategy itself calls beat the watchdog's heartbeat with their name, so a hang report says which
-one a rank waits in. At the end the environment is restored as it was.
+one a rank waits in. At the end the environment is restored as it was, and the process group
+is destroyed when the interpreter exits (:mod:`rocmtrain.comms.shutdown`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class RankLifecycleMixin(ParallelStrategy):
         # Order matters: check the rendezvous, bind the device and set the collective env BEFORE
         # the process group (RCCL/NCCL read their env once, when the first communicator is made).
         from rocmtrain.comms.rendezvous import check_master, explain_rendezvous
+        from rocmtrain.comms.shutdown import close_at_exit
 
         self._end_with_launcher()
         env = self.cluster_environment
@@ -72,6 +74,7 @@ class RankLifecycleMixin(ParallelStrategy):
             timeout_s=self._rccl_cfg.init_timeout_seconds,
         ):
             super().setup_environment()
+        close_at_exit()  # Lightning never destroys the group; interpreter teardown can abort
         self._attach_fault_handling()
 
     def _hosts_store(self) -> bool:

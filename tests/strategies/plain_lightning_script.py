@@ -10,6 +10,7 @@ at step N (default 3). Lightning starts rank 1 by re-running this script (its su
 
 from __future__ import annotations
 
+import atexit
 import json
 import sys
 import time
@@ -63,8 +64,19 @@ class TinyRec(pl.LightningModule):
         return torch.optim.Adam(self.head.parameters(), lr=0.05)
 
 
+def _record_group_at_exit(out: str, rank: list[int]) -> None:
+    """Runs after the strategy's exit handler (registered later, so run first): is the process
+    group still alive when the interpreter starts its teardown?"""
+    import torch.distributed as dist
+
+    with open(f"{out}.exit.rank{rank[0]}", "w") as f:
+        json.dump({"initialized_at_exit": dist.is_initialized()}, f)
+
+
 def main() -> None:
     out, name = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "torchrec_table_wise")
+    rank = [0]
+    atexit.register(_record_group_at_exit, out, rank)
     stalls = [a for a in sys.argv[3:] if a.startswith("stall")]
     stall_at = int(stalls[0].partition("=")[2] or 3) if stalls else None
     strategy: object = name
@@ -89,6 +101,7 @@ def main() -> None:
         enable_model_summary=False,
     )
     trainer.fit(model, loader)
+    rank[0] = trainer.global_rank
     strategy = trainer.strategy
     plan = {
         t: (ps.sharding_type, ps.ranks)

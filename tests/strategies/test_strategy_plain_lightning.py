@@ -52,6 +52,9 @@ def test_plain_lightning_script_swaps_the_strategy_in(tmp_path, strategy):
         assert len(losses) == 2 * 2048 // 64 // 2  # 2 epochs, each rank gets half the batches
         # the label is a function of f0's id: the sharded embedding must learn it
         assert sum(losses[-4:]) / 4 < 0.5 * sum(losses[:4]) / 4, losses
+        # the strategy ended the process group before interpreter teardown could abort the rank
+        at_exit = json.loads(Path(f"{out}.exit.rank{r}").read_text())
+        assert at_exit == {"initialized_at_exit": False}
 
 
 @pytest.mark.parametrize(
