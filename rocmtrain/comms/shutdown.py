@@ -38,14 +38,10 @@ def close_process_group(*, barrier: bool) -> None:
         dist.destroy_process_group()
 
 
-def _close_without_barrier() -> None:
-    close_process_group(barrier=False)
-
-
 def close_at_exit() -> None:
     """Destroy the default process group when the interpreter exits normally (once per process;
     an ``os._exit``, e.g. the watchdog's exit 75, skips it as it skips every exit handler)."""
     global _registered
     if not _registered:
-        atexit.register(_close_without_barrier)
+        atexit.register(close_process_group, barrier=False)
         _registered = True
