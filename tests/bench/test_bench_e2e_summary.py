@@ -250,3 +250,34 @@ def test_repeats_best_anchor_levers_convergence_and_swapin(tmp_path):
     png = out / "convergence.png"
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
     assert "![convergence](convergence.png)" in md
+
+
+def test_triton_vs_fbgemm_strict_and_per_round_ratios(tmp_path):
+    """The kernel comparison: median ratio and the strict lower bound (triton's slowest reading
+    over fbgemm's fastest) to three digits, and the ratios of the rounds run side by side; the
+    verdict follows the strict bound, which a per-round win alone does not meet."""
+    runs = tmp_path / "runs"
+    stages = []
+    rates = {"fbgemm": [3.000e6, 3.010e6, 2.990e6], "triton": [3.012e6, 3.015e6, 3.005e6]}
+    for rep in range(3):
+        for kernel in ("fbgemm", "triton"):
+            name = f"rt_1gpu_{kernel}_bf16" + ("" if rep == 0 else f"_r{rep + 1}")
+            (runs / name).mkdir(parents=True)
+            doc = {"samples_per_s": rates[kernel][rep], "step_ms_median": 1.0, "final": True,
+                   "history": [], "peak_mem_alloc_gib_per_rank": [30.0]}  # fmt: skip
+            stages.append({"name": name, "kind": "rocmtrain", "gpus": 1, "status": "ok",
+                           "result": _write(runs / name / "throughput.json", doc),
+                           "run_dir": str(runs / name)})  # fmt: skip
+    (tmp_path / "stages.jsonl").write_text("\n".join(json.dumps(s) for s in stages) + "\n")
+    out = tmp_path / "out"
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts/bench/e2e_summary.py"),
+         "--stages", str(tmp_path / "stages.jsonl"), "--out", str(out)], check=True,
+    )  # fmt: skip
+    md = (out / "summary.md").read_text()
+    # medians 3.012 / 3.000 = 1.004; strict 3.005 / 3.010 = 0.998; per round 1.004, 1.0017, 1.005
+    assert (
+        "- kernel=triton vs kernel=fbgemm (`rt_1gpu_triton_bf16` vs `rt_1gpu_fbgemm_bf16`): "
+        "1.004x (lower bound 0.998x, n=3/3); per round 1.004x [1.002–1.005] (n=3); target lower "
+        "bound (slowest over fastest) >= 1.0x: missed" in md
+    )
