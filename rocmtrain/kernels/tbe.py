@@ -16,6 +16,7 @@ Shapes and the jagged layout: :mod:`rocmtrain.kernels.layout`. Semantics: ``KERN
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import warnings
@@ -72,15 +73,23 @@ def _resolve_graph_mode(cuda_graph) -> str | bool:
 def _resolve_backend(backend: str, device: torch.device) -> str:
     if backend not in ("auto", "triton", "torch"):
         raise ValueError(f"backend={backend!r}: use 'auto', 'triton' or 'torch'")
-    interpret = os.environ.get("TRITON_INTERPRET") == "1"
     if backend == "auto":
         return "triton" if device.type == "cuda" else "torch"
-    if backend == "triton" and device.type != "cuda" and not interpret:
+    if backend == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(
             f"backend='triton' on device {device}: Triton needs a GPU; on CPU set "
             "TRITON_INTERPRET=1 (slow, for tests) or use backend='torch'"
         )
     return backend
+
+
+@functools.cache
+def _triton_forward():
+    """The Triton forward, imported on first use: importing this module (CPU, torch backend)
+    does not import Triton, and a call does not pay for an import statement."""
+    from .tbe_forward import forward
+
+    return forward
 
 
 class _TBEFunction(torch.autograd.Function):
@@ -175,7 +184,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                 f"length per feature ({self.layout.num_features})"
             )
         self.pooling_factors = list(pooling_factors) if pooling_factors is not None else None
-        self._groups: dict[str, list] = {}
+        self._groups: dict[torch.device, list] = {}
         self._graphs: OrderedDict[tuple, Any] = OrderedDict()
         self._graph_pool: tuple[str, Any] | None = None  # (device, pool handle) all graphs share
         self._sig_last: tuple | None = None  # "auto": the previous call's signature
@@ -328,10 +337,8 @@ class TableBatchedEmbeddingBags(nn.Module):
 
     def _forward_impl(self, indices, offsets, psw) -> torch.Tensor:
         if self.backend == "triton":
-            from .tbe_forward import forward as triton_forward
-
             groups = self._feature_groups(offsets)
-            return triton_forward(
+            return _triton_forward()(
                 self.layout,
                 self.weights.data,
                 indices,
@@ -356,15 +363,15 @@ class TableBatchedEmbeddingBags(nn.Module):
     def _feature_groups(self, offsets) -> list[tuple] | None:
         """One-hot / multi-hot feature groups on this device, each launched with its own tile:
         from ``pooling_factors`` when given, else from the first non-empty batch's bag lengths."""
-        from .tbe_forward import feature_groups, measured_pooling_factors
-
         dev = self.weights.device
-        groups = self._groups.get(str(dev))
+        groups = self._groups.get(dev)
         if groups is None:
+            from .tbe_forward import feature_groups, measured_pooling_factors
+
             pf = self.pooling_factors or measured_pooling_factors(self.layout, offsets)
             if pf is None:  # empty batch: nothing to measure yet
                 return None
-            groups = self._groups[str(dev)] = feature_groups(self.layout, pf, dev)
+            groups = self._groups[dev] = feature_groups(self.layout, pf, dev)
         return groups
 
     def _backward_impl(self, grad_out, indices, offsets, psw, need_psw_grad):
@@ -394,7 +401,7 @@ class TableBatchedEmbeddingBags(nn.Module):
                 write_scalars(self._scal, vals)
                 self._scal_vals = vals
             args = (grad_out, indices, offsets, psw)
-            kw["groups"] = self._groups.get(str(dev))
+            kw["groups"] = self._groups.get(dev)
             done = False
             if self.cuda_graph is not False and dev.type == "cuda":
                 done, dpsw = self._graphed_backward(triton_backward, args, seed=seed, **kw)

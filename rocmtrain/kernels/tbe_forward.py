@@ -152,19 +152,34 @@ def _device_info(index: int | None) -> DeviceInfo:
 
 def _launch(cfg: LaunchConfig, layout, weights, indices, offsets, psw, out, pooling, B,
             feats=None, max_dim=None, bad_count=None):  # fmt: skip
-    meta = layout.meta(weights.device)
+    """One launch of ``cfg`` (the autotuner's and the benchmark's entry point)."""
+    step = _launch_step(cfg, layout, weights, out, pooling, B, psw is not None, feats, max_dim)
+    _run(step, layout.meta(weights.device), weights, indices, offsets, psw, out, B, bad_count)
+
+
+def _launch_step(cfg: LaunchConfig, layout, weights, out, pooling, B, has_psw, feats=None,
+                 max_dim=None) -> tuple:  # fmt: skip
+    """What a launch of ``cfg`` needs beyond the call's tensors: ``(grid, feats, constexprs and
+    launch options)``. Built once per launch plan (:func:`_plan`), not per call."""
     feats = _all_features(layout.num_features, weights.device) if feats is None else feats
     max_dim = max_dim or layout.max_dim
     grid = (cdiv(B, cfg.bags), feats.numel(), cdiv(max_dim, cfg.block_d))
+    meta = dict(
+        HAS_PSW=has_psw, MEAN=pooling == "mean", VEC=_vec(layout), DIM=_uniform_dim(layout),
+        BAGS=cfg.bags, BLOCK_L=cfg.block_l, BLOCK_D=cfg.block_d, PREFETCH=cfg.prefetch,
+        **cfg.launch_kwargs(),
+    )  # fmt: skip
+    return grid, feats, meta
+
+
+def _run(step: tuple, meta, weights, indices, offsets, psw, out, B, bad_count) -> None:
+    grid, feats, kw = step
     _FWD.run(
         grid,
         weights, indices, offsets, psw if psw is not None else weights, out,
         meta.weights_offset, meta.rows, meta.dim, meta.d_offsets, feats,
         bad_count if bad_count is not None else feats, B, out.stride(0),
-        COUNT_BAD=bad_count is not None, HAS_PSW=psw is not None, MEAN=pooling == "mean",
-        VEC=_vec(layout), DIM=_uniform_dim(layout),
-        BAGS=cfg.bags, BLOCK_L=cfg.block_l, BLOCK_D=cfg.block_d, PREFETCH=cfg.prefetch,
-        **cfg.launch_kwargs(),
+        COUNT_BAD=bad_count is not None, **kw,
     )  # fmt: skip
 
 
@@ -244,30 +259,61 @@ def forward(
     out = torch.empty(B, layout.total_dim, dtype=output_dtype, device=weights.device)
     if B == 0:
         return out
-    info = _device_info(weights.device.index)
-    elem = weights.element_size()
     psw = per_sample_weights.contiguous() if per_sample_weights is not None else None
-    if groups is None:
-        avg_len = indices.numel() / max(1, B * layout.num_features)
-        groups = [(None, avg_len, layout.max_dim)]
-    for feats, avg_len, max_dim in groups:
-        key = (info.arch, max_dim, _pow2_bucket(avg_len), _pow2_bucket(B), weights.dtype,
-               pooling, psw is not None, output_dtype)  # fmt: skip
-        cfg = _TUNED.get(key)
-        if cfg is None:  # only a tuned choice is kept; the checks below stay off the hot path
+    steps, meta = _plan(layout, weights, indices, offsets, psw, out, pooling, B, groups)
+    for step in steps:
+        _run(step, meta, weights, indices, offsets, psw, out, B, bad_count)
+    return out
+
+
+_MAX_PLANS = 64  # per layout; more distinct batch shapes than this start the cache afresh
+
+
+def _plan(layout, weights, indices, offsets, psw, out, pooling, B, groups) -> tuple[list, object]:
+    """The launches of one forward call and the layout's metadata tensors on the device.
+
+    Cached on the layout per (device, dtypes, pooling, psw, B, groups; without groups the bag
+    length class): a call that hits runs no tile lookup, grid or constexpr arithmetic, which
+    at B=16K is most of the host time of a ~70 us kernel's call. A plan is kept only when every
+    tile in it is final: tuned on this GPU, or a CPU's table choice (during a graph capture or
+    with tuning off, the table's untuned tile is used and the next eager call tunes)."""
+    dev = weights.device
+    avg_len = indices.numel() / max(1, B * layout.num_features)
+    # a cached plan holds its groups list, so that list's id is never reused while it is a key
+    key = (dev, weights.dtype, out.dtype, pooling, psw is not None, B, id(groups),
+           _pow2_bucket(avg_len) if groups is None else None)  # fmt: skip
+    plans = layout._meta_cache.setdefault("fwd_plans", {})
+    hit = plans.get(key)
+    if hit is not None:
+        return hit[1], hit[2]
+    info = _device_info(dev.index)
+    elem = weights.element_size()
+    todo = [(None, avg_len, layout.max_dim)] if groups is None else groups
+    steps, final = [], True
+    for feats, avg_len, max_dim in todo:
+        tkey = (info.arch, max_dim, _pow2_bucket(avg_len), _pow2_bucket(B), weights.dtype,
+                pooling, psw is not None, out.dtype)  # fmt: skip
+        cfg = _TUNED.get(tkey)
+        if cfg is None:  # only a tuned choice is kept
             kw = dict(max_dim=max_dim, avg_len=avg_len, elem_bytes=elem)
-            if not autotune_enabled(weights.device):
-                cfg = forward_config(info, **kw)
-            else:
-                cfg = _TUNED[key] = fastest(
+            if autotune_enabled(dev):
+                cfg = _TUNED[tkey] = fastest(
                     forward_candidates(info, **kw),
                     lambda c, f=feats, d=max_dim: _launch(
                         c, layout, weights, indices, offsets, psw, out, pooling, B, f, d
                     ),
                 )
-        _launch(cfg, layout, weights, indices, offsets, psw, out, pooling, B, feats, max_dim,
-                bad_count)  # fmt: skip
-    return out
+            else:
+                cfg = forward_config(info, **kw)
+                final = final and dev.type != "cuda"
+        steps.append(_launch_step(cfg, layout, weights, out, pooling, B, psw is not None,
+                                  feats, max_dim))  # fmt: skip
+    meta = layout.meta(dev)
+    if final:
+        if len(plans) >= _MAX_PLANS:
+            plans.clear()
+        plans[key] = (groups, steps, meta)
+    return steps, meta
 
 
 def _pow2_bucket(x: float) -> int:

@@ -94,9 +94,7 @@ def run(args) -> dict:
         except ImportError as e:
             print(f"fbgemm_gpu not importable ({e}): ours only", flush=True)
     grouped = provs[0].m
-    res["groups"] = [
-        (ids.tolist(), avg) for ids, avg, _ in grouped._groups[str(grouped.weights.device)]
-    ]
+    res["groups"] = [(ids.tolist(), avg) for ids, avg, _ in grouped._groups[grouped.weights.device]]
     timer = bt.Timer(dev, args.reps)
     k = [0]
 

@@ -374,7 +374,7 @@ def test_backward_launches(monkeypatch):
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         out.backward(grad)
-    n_groups = len(m._groups["cpu"])
+    n_groups = len(m._groups[torch.device("cpu")])
     assert n_groups == 2  # the case mixes one-hot and multi-hot features
     assert launched == ["_keys_kernel"] * n_groups + ["_bwd_tile_kernel", "_bwd_hot_kernel"]
     ops = [e.key for e in prof.key_averages()]
@@ -396,6 +396,26 @@ def _fixed_length_case(lengths_per_feature, B, seed):
     return Case(list(TABLES), list(FMAP), B, torch.cat(vals), offsets, None)
 
 
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the interpreter")
+def test_forward_launch_plan_built_once_per_shape(monkeypatch):
+    """The Triton forward builds its launches (tiles, grids, constexprs) once per batch shape and
+    reuses them: later calls of a seen (B, per-sample weights) shape build nothing, a new batch
+    size or adding per-sample weights builds its own plan, and every call matches the oracle."""
+    import rocmtrain.kernels.tbe_forward as tf
+
+    built = []
+    orig = tf._launch_step
+    monkeypatch.setattr(tf, "_launch_step", lambda *a, **k: built.append(a[5]) or orig(*a, **k))
+    m = _module("triton", pooling_factors=[1.0, 3.0, 1.0, 3.0])  # two feature groups
+    calls = [(16, 1, False), (16, 2, False), (8, 3, False), (16, 4, True), (16, 5, False)]
+    for B, seed, psw in calls:
+        case = make_case(TABLES, FMAP, B=B, seed=seed, psw=psw)
+        out = m(case.indices, case.offsets, case.psw)
+        ref = oracle_forward([w.clone() for w in m.split_embedding_weights()], case, "sum")
+        assert_close(out, ref, torch.float32, f"forward B={B} seed={seed} psw={psw}")
+    assert built == [16, 16, 8, 8, 16, 16]  # two launches (groups) per new shape, none on repeats
+
+
 def test_feature_groups_measured_on_first_batch():
     """Without pooling_factors the Triton module splits the features by the first non-empty
     batch's mean bag lengths (features 0 and 2 one-hot, 1 and 3 multi-hot here) and keeps that
@@ -404,16 +424,16 @@ def test_feature_groups_measured_on_first_batch():
     m = _module("triton", optimizer=OptimizerSpec(**opt))
     empty = torch.zeros(1, dtype=torch.int64)  # F*B + 1 offsets with B = 0
     m(torch.zeros(0, dtype=torch.int64), empty)  # B = 0: nothing measured
-    assert "cpu" not in m._groups
+    assert torch.device("cpu") not in m._groups
     first = _fixed_length_case([1, 3, 1, 2], B=6, seed=40)
     m(first.indices, first.offsets)
-    got = [(ids.tolist(), avg) for ids, avg, _ in m._groups["cpu"]]
+    got = [(ids.tolist(), avg) for ids, avg, _ in m._groups[torch.device("cpu")]]
     assert got == [([0, 2], 1.0), ([1, 3], 2.5)]
     later = make_case(TABLES, FMAP, B=9, seed=41, max_len=5, hot_row=300)  # other lengths
     w0 = [w.clone() for w in m.split_embedding_weights()]
     s0 = _oracle_states(m)
     out = m(later.indices, later.offsets)
-    assert [ids.tolist() for ids, _, _ in m._groups["cpu"]] == [[0, 2], [1, 3]]
+    assert [ids.tolist() for ids, _, _ in m._groups[torch.device("cpu")]] == [[0, 2], [1, 3]]
     assert_close(out, oracle_forward(w0, later, "sum"), torch.float32, "forward", terms=300)
     grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
     out.backward(grad)
