@@ -134,6 +134,7 @@ def build_trainer(
     from pytorch_lightning.loggers import CSVLogger
 
     from rocmtrain.progress import HostMetricsProgressBar
+    from rocmtrain.throughput import ThroughputCallback
 
     t = cfg.trainer
     callbacks: list[pl.Callback] = []
@@ -150,6 +151,14 @@ def build_trainer(
         )
     callbacks += _monitor_callbacks(cfg, run_dir)
     callbacks += _grad_health_callbacks(cfg)
+    callbacks.append(
+        ThroughputCallback(
+            run_dir,
+            warmup_steps=cfg.monitor.throughput_warmup_steps,
+            sync_every=cfg.monitor.throughput_window_steps,
+            batch_per_rank=cfg.data.batch_size,
+        )
+    )
     kwargs: dict[str, Any] = dict(
         accelerator=t.accelerator,
         devices=t.devices,
