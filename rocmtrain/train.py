@@ -58,9 +58,11 @@ def check_hardware(cfg: RunConfig) -> None:
 def train(cfg: RunConfig) -> dict[str, float]:
     """Train ``cfg``; returns the last epoch's metrics (train/val loss, AUC, NE, samples/s)."""
     from rocmtrain.config.schema import validate_run_config
+    from rocmtrain.console import quiet_precision_hints
     from rocmtrain.data import build_datamodule
 
     validate_run_config(cfg)
+    quiet_precision_hints()  # the config sets the matmul precision on purpose
     _hand_over_early_signals(cfg)
     check_hardware(cfg)
     strategy = TorchRecStrategy.from_config(cfg)

@@ -205,7 +205,8 @@ if [ "$MODE" = cpu ]; then
   RT_CPU=(trainer=cpu strategy.backend=gloo "data.batch_size=\${per_rank_batch:$GB}"
           model.embedding_dim=16 model.dense_arch_layer_sizes=[32,16] model.over_arch_layer_sizes=[32,16,1]
           model.dcn_low_rank_dim=16 model.auc_num_thresholds=200 strategy.pipeline=sparse_dist
-          model.compile_interaction=false model.compile_dense=false precision=fp32
+          model.compile_interaction=false model.compile_dense=false model.compile_mode=default
+          precision=fp32
           data.num_val_batches=1)
   ANCHOR_SMALL=(--dim 16 --small-dense)
 else
