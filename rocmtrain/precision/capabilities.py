@@ -171,4 +171,4 @@ def current_capabilities(device: int = 0) -> ArchCapabilities:
     info = platform.device_info(device)
     if info.backend == "cpu":
         return TABLE["cpu"]
-    return capabilities_for(info.arch, rocm_version=platform.hip_version())
+    return capabilities_for(info.arch, rocm_version=platform.rocm_version())
