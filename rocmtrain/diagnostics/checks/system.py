@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import re
 
-from rocmtrain import platform
-from rocmtrain.diagnostics.checks.base import Check, GpuFacts, Inputs, read_text
+from rocmtrain.diagnostics.checks.base import Check, GpuFacts, Inputs, TorchBuild, read_text
 
 
 def check_env_registry(facts: GpuFacts, inputs: Inputs) -> Check:
@@ -18,8 +17,13 @@ def check_env_registry(facts: GpuFacts, inputs: Inputs) -> Check:
         from rocmtrain.comms.registry import check_environment
     except ImportError as e:
         return Check("env.registry", "skip", f"env-var registry not available ({e})")
+    from rocmtrain.comms.registry import Versions
+
     rocm = True if facts.amd else (False if facts.backend == "cuda" else None)
-    findings = check_environment(inputs.environ, rccl_version=platform.nccl_version(), rocm=rocm)
+    build = inputs.torch_build or TorchBuild.live()
+    # the torch and ROCm versions arm the registry's version gates (expandable_segments, TORCH_FR_*)
+    have = Versions(torch=build.version, rocm=build.rocm)
+    findings = check_environment(inputs.environ, rccl_version=build.nccl, rocm=rocm, versions=have)
     bad = [f for f in findings if getattr(f, "severity", "warning") in ("error", "warning")]
     if not bad:
         notes = sorted({f.name for f in findings})
