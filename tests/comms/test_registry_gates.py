@@ -239,3 +239,13 @@ def test_expandable_segments_is_gated_on_torch_2_12_and_rocm_7(torch, rocm, prob
     off = {"PYTORCH_HIP_ALLOC_CONF": "expandable_segments:False"}
     assert check_environment(off, versions=_v(torch="2.11.0+rocm7.2"), rocm=True) == []
     assert check_environment(env, versions=_v(torch="2.11.0"), rocm=False) == []
+
+
+def test_xnack_and_gid_notes_name_the_default_and_its_source() -> None:
+    """HSA_XNACK unset leaves the driver's mode (amdgpu noretry=-1 auto); NCCL_IB_GID_INDEX
+    defaults to -1 (auto) from RCCL 2.21.5 and 0 before: neither note claims a fixed default."""
+    xnack = registry.lookup("HSA_XNACK")
+    assert "off by default" not in xnack.note and "driver's mode" in xnack.note
+    assert "amdgpu_drv.c" in xnack.source
+    gid = registry.lookup("NCCL_IB_GID_INDEX")
+    assert "2.21.5" in gid.note and "net_ib.cc" in gid.source

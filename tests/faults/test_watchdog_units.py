@@ -106,6 +106,8 @@ def test_hint_comm_init_failures() -> None:
     h = hint_for(NCCL_SYSTEM_ERROR)
     assert h is not None and h.kind == "comm_init" and h.details["nccl_version"] == "2.19.3"
     assert "NCCL_SOCKET_IFNAME" in h.render()
+    # RCCL >= 2.21.5 picks the RoCE v2 GID itself: the hint says when to set one, never "=3"
+    assert "ib_gid_index=3" not in h.render() and "2.21.5" in h.render()
     assert hint_for(COMM_INIT_FAILED).kind == "comm_init"
 
 
