@@ -56,11 +56,15 @@ def _fbgemm_rocm_check(ev: str, fv: compat.MM, hip_v: tuple[int, ...], archs: li
     """fbgemm-gpu on ROCm: its published ROCm builds and archs (an unverified row never warns)."""
     row = compat.fbgemm_rocm(fv)
     if row is None or not row.verified:
+        why = (
+            f"FBGEMM publishes no ROCm matrix for {_fmt(fv)}"
+            if row is None
+            else f"the ROCm matrix of {_fmt(fv)} is unverified: {compat.SOURCES[row.source]}"
+        )
         return Check(
             "versions.fbgemm_gpu",
             "ok",
-            ev + f" on ROCm {_fmt(hip_v)} (FBGEMM publishes no ROCm matrix for {_fmt(fv)}: "
-            "ROCm pairing not checked)",
+            ev + f" on ROCm {_fmt(hip_v)} ({why}; ROCm pairing not checked)",
         )
     if _mm(hip_v) not in compat.rocm_minors(row):
         ok_rocm = ", ".join(_fmt(r) for r in row.rocm)
