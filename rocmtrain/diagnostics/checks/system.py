@@ -14,11 +14,9 @@ from rocmtrain.diagnostics.checks.base import Check, GpuFacts, Inputs, TorchBuil
 
 def check_env_registry(facts: GpuFacts, inputs: Inputs) -> Check:
     try:  # owned by the RCCL area; isolated so the doctor runs without it
-        from rocmtrain.comms.registry import check_environment
+        from rocmtrain.comms.registry import Versions, check_environment
     except ImportError as e:
         return Check("env.registry", "skip", f"env-var registry not available ({e})")
-    from rocmtrain.comms.registry import Versions
-
     rocm = True if facts.amd else (False if facts.backend == "cuda" else None)
     build = inputs.torch_build or TorchBuild.live()
     # the torch and ROCm versions arm the registry's version gates (expandable_segments, TORCH_FR_*)
