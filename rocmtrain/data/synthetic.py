@@ -195,15 +195,16 @@ class SyntheticSource:
         self.shuffle = shuffle
         ids_per_sample = sum(signal.multi_hot)
         bytes_per_batch = batch_size * (8 * ids_per_sample + 4 * (signal.num_dense + 2))
-        self._cache: list[Batch] | None = None
         self._perm: tuple[int, torch.Tensor] | None = None
         self._cycle: list[Batch] | None = None
         if cache_batches:  # a fixed set of distinct batches, cycled (GPU throughput runs)
             self._cycle = [self.block(b) for b in range(min(cache_batches, num_batches))]
             if pin_memory and self.device.type == "cpu" and torch.cuda.is_available():
                 self._cycle = [b.pin_memory() for b in self._cycle]
-        elif not self.resample and bytes_per_batch * num_batches <= CACHE_LIMIT_BYTES:
-            self._cache = [self.block(b) for b in range(num_batches)]
+        # the same batches every epoch: kept once made (made at first use, so building the
+        # source allocates nothing on the device)
+        self._keep = not self.resample and bytes_per_batch * num_batches <= CACHE_LIMIT_BYTES
+        self._kept: dict[int, Batch] = {}
 
     def __len__(self) -> int:
         return self.num_batches
@@ -235,7 +236,11 @@ class SyntheticSource:
         if self.resample:  # new samples every epoch: nothing to memorise
             return self.block(index, epoch)
         local = self.block_for(epoch, index)
-        return self._cache[local] if self._cache is not None else self.block(local)
+        if not self._keep:
+            return self.block(local)
+        if local not in self._kept:
+            self._kept[local] = self.block(local)
+        return self._kept[local]
 
 
 def generation_device(cfg: DataConfig, train_device: torch.device) -> torch.device:
