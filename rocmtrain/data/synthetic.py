@@ -22,7 +22,7 @@ batch can be rebuilt on resume without replaying the ones before it.
 Training data: with ``resample_each_epoch`` (default) epoch ``e`` draws new blocks seeded with
 ``(data_seed, split, g, e)`` (an endless click stream: a model cannot memorise the training set);
 otherwise the same ``num_train_batches`` blocks come back every epoch in a seeded new order,
-pre-generated into memory when they fit in ``CACHE_LIMIT_BYTES``. Validation blocks are fixed.
+kept in memory once made when they fit in ``CACHE_LIMIT_BYTES``. Validation blocks are fixed.
 With ``data.cache_batches=N`` (GPU throughput runs) the training split is ``N`` distinct blocks
 generated once and cycled (batch ``i`` of an epoch is block ``order(i) % N``), pinned once with
 ``pin_memory``. Generation is vectorised: ~1-5 ms for 256 x 26 ids on one core. A GPU run
