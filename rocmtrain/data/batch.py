@@ -41,14 +41,24 @@ def make_batch(dense: torch.Tensor, ids: Sequence[torch.Tensor], labels: torch.T
         ids: one int64 ``[B, L[f]]`` tensor per feature (fixed multi-hot size per feature).
         labels: ``[B]`` (converted to float32).
     """
-    batch_size = dense.shape[0]
-    keys = feature_keys(len(ids))
-    sizes = [int(t.shape[1]) for t in ids]
     values = torch.cat([t.reshape(-1) for t in ids])
+    return make_batch_from_values(dense, values, [int(t.shape[1]) for t in ids], labels)
+
+
+def make_batch_from_values(
+    dense: torch.Tensor, values: torch.Tensor, sizes: Sequence[int], labels: torch.Tensor
+) -> Batch:
+    """Pack one batch whose key-major ``values`` are already concatenated (no copy of them).
+
+    Lengths are the constant ``sizes`` (``L[f]``) known on the host, so building the
+    KeyedJaggedTensor reads nothing back from ``values``.
+    """
+    batch_size = dense.shape[0]
+    keys = feature_keys(len(sizes))
     if values.dtype != torch.int64:
         values = values.to(torch.int64)
-    lengths = torch.tensor(sizes, dtype=torch.int32).repeat_interleave(batch_size)
-    length_per_key = [batch_size * size for size in sizes]
+    lengths = torch.tensor(list(sizes), dtype=torch.int32).repeat_interleave(batch_size)
+    length_per_key = [batch_size * int(size) for size in sizes]
     kjt = KeyedJaggedTensor(
         keys=keys,
         values=values,
