@@ -47,8 +47,6 @@ from rocmtrain.data.multihot_files import (
     open_day,
 )
 
-_INT32_MAX = np.iinfo(np.int32).max
-
 
 class MultiHotRows:
     """The rows of one or more days, addressed by global row number (days in order)."""
@@ -66,20 +64,20 @@ class MultiHotRows:
     def __len__(self) -> int:
         return int(self.starts[-1])
 
-    def arrays(self) -> list[tuple[np.ndarray, np.ndarray, list[np.ndarray]]]:
+    def arrays(self) -> list[tuple[torch.Tensor, np.ndarray, list[torch.Tensor]]]:
         """Per day ``(dense, labels, [sparse per feature])``, mapped on first use."""
         if self._arrays is None:
             self._arrays = [
                 (
-                    d.dense.open(mmap=self.mmap),
+                    torch.from_numpy(d.dense.open(mmap=self.mmap)),
                     d.labels.open(mmap=self.mmap),
-                    [m.open(mmap=self.mmap) for m in d.sparse],
+                    [torch.from_numpy(m.open(mmap=self.mmap)) for m in d.sparse],
                 )
                 for d in self.days
             ]
         return self._arrays
 
-    def segments(self, rows: np.ndarray) -> list[tuple[int, int, int, slice | np.ndarray]]:
+    def segments(self, rows: np.ndarray) -> list[tuple[int, int, int, slice | torch.Tensor]]:
         """``(day index, out_lo, out_hi, local rows)`` runs of sorted global ``rows``; a run of
         consecutive rows is a slice (read without a gather)."""
         cuts = np.searchsorted(rows, self.starts[1:-1], side="left")
@@ -90,8 +88,9 @@ class MultiHotRows:
                 continue
             local = rows[lo:hi] - self.starts[part]
             if int(local[-1]) - int(local[0]) == hi - lo - 1:
-                local = slice(int(local[0]), int(local[-1]) + 1)
-            runs.append((part, lo, hi, local))
+                runs.append((part, lo, hi, slice(int(local[0]), int(local[-1]) + 1)))
+            else:
+                runs.append((part, lo, hi, torch.from_numpy(local)))
         return runs
 
     def read(
@@ -99,36 +98,40 @@ class MultiHotRows:
         rows: np.ndarray,
         *,
         table_rows: list[int],
-        dense: np.ndarray,
-        labels: np.ndarray,
-        values: list[np.ndarray],
+        dense: torch.Tensor,
+        labels: torch.Tensor,
+        values: list[torch.Tensor],
     ) -> None:
         """Fill ``dense [B, D]``, ``labels [B]`` and each feature's ``values[f] [B, L[f]]``
         (int64, ids ``% table_rows[f]``) with the sorted global ``rows``."""
-        arrays = self.arrays()
         for part, lo, hi, local in self.segments(rows):
-            day_dense, day_labels, day_sparse = arrays[part]
-            dense[lo:hi] = day_dense[local]
-            labels[lo:hi] = day_labels[local].reshape(-1)
+            day_dense, day_labels, day_sparse = self.arrays()[part]
+            dense[lo:hi] = _take(day_dense, local)
+            index = local if isinstance(local, slice) else local.numpy()
+            labels[lo:hi] = torch.from_numpy(np.asarray(day_labels[index]).reshape(-1))
             for f, (member, out) in enumerate(zip(day_sparse, values, strict=True)):
-                ids = member[local]
-                low = ids.min() if ids.size else 0
+                ids = _take(member, local)
+                low, high = torch.aminmax(ids) if ids.numel() else (0, 0)
                 if low < 0:
                     self._negative(part, f, ids, local)
-                size = table_rows[f]
-                if size > _INT32_MAX:  # int32 ids all fit: nothing to wrap
+                if high < table_rows[f]:  # already table rows: a plain widening copy
                     out[lo:hi] = ids
-                else:  # the int32 loop, written straight into the int64 buffer
-                    np.remainder(ids, np.int32(size), out=out[lo:hi])
+                else:  # the int32 remainder, written straight into the int64 buffer
+                    torch.remainder(ids, table_rows[f], out=out[lo:hi])
 
-    def _negative(self, part: int, feature: int, ids: np.ndarray, local) -> None:
-        sample, col = (int(i) for i in np.argwhere(ids < 0)[0])
+    def _negative(self, part: int, feature: int, ids: torch.Tensor, local) -> None:
+        sample, col = (int(i) for i in torch.nonzero(ids < 0)[0])
         row = (local.start + sample) if isinstance(local, slice) else int(local[sample])
         ref = self.days[part].sparse[feature]
         raise DataConfigError(
             f"data: {ref.file} {ref.label} row {row} holds id {int(ids[sample, col])}; ids are "
             "never negative (an int32 overflow?): write the file again with ids in [0, 2**31)"
         )
+
+
+def _take(array: torch.Tensor, local: slice | torch.Tensor) -> torch.Tensor:
+    """Rows ``local`` of ``array``: a view for a slice, else a gather."""
+    return array[local] if isinstance(local, slice) else torch.index_select(array, 0, local)
 
 
 class WindowedOrder:
@@ -243,14 +246,13 @@ class MultiHotSource:
         dense = torch.empty(size, self.num_dense, dtype=torch.float32)
         labels = torch.empty(size, dtype=torch.float32)
         values = torch.empty(size * sum(self.hot_sizes), dtype=torch.int64)
-        views, offset = [], 0
-        for hot in self.hot_sizes:
-            views.append(values.numpy()[offset : offset + size * hot].reshape(size, hot))
-            offset += size * hot
-        self.rows.read(
-            rows, table_rows=self.table_rows, dense=dense.numpy(), labels=labels.numpy(),
-            values=views,
-        )  # fmt: skip
+        views = [
+            v.view(size, hot)
+            for v, hot in zip(
+                values.split([size * h for h in self.hot_sizes]), self.hot_sizes, strict=True
+            )
+        ]
+        self.rows.read(rows, table_rows=self.table_rows, dense=dense, labels=labels, values=views)
         return make_batch_from_values(dense, values, self.hot_sizes, labels)
 
 

@@ -57,8 +57,9 @@ class NpyRef:
         order = "F" if self.fortran else "C"
         if self.rows == 0:
             return np.empty(self.shape, dtype=self.dtype, order=order)
+        # copy-on-write: nothing is ever written, but torch.from_numpy wants a writable array
         arr = np.memmap(
-            self.file, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape, order=order
+            self.file, dtype=self.dtype, mode="c", offset=self.offset, shape=self.shape, order=order
         )
         return arr if mmap else np.array(arr)
 
@@ -229,7 +230,7 @@ def open_day(path: Path, day: int, *, field: str, num_dense: int) -> MultiHotDay
         )
     sparse = tuple(members[k] for k in range(count))
     for ref in sparse:
-        if ref.dtype != np.int32 or len(ref.shape) != 2:
+        if ref.dtype != np.int32 or len(ref.shape) != 2 or ref.shape[1] < 1:
             raise _fail(
                 field,
                 f"{sparse_file} {ref.label} is {ref.dtype} {list(ref.shape)}, expected int32 "
