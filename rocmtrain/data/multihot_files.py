@@ -83,6 +83,10 @@ class MultiHotDay:
         return [int(m.shape[1]) for m in self.sparse]
 
 
+def _name(file: Path, label: str) -> str:
+    return f"{file} {label}" if label else str(file)
+
+
 def _fail(field: str, message: str) -> DataConfigError:
     return DataConfigError(f"data.{field}: {message}")
 
@@ -99,7 +103,7 @@ def read_npy_header(fh, *, file: Path, label: str, field: str) -> tuple[tuple, b
     except (ValueError, OSError, EOFError) as err:
         raise _fail(
             field,
-            f"{file} {label} is not a readable .npy array ({err}); rewrite it with numpy.save "
+            f"{_name(file, label)} is not a readable .npy array ({err}); rewrite it with numpy.save "
             f"or {_WRITER}",
         ) from None
 
@@ -112,7 +116,7 @@ def _ref(fh, *, file: Path, label: str, field: str, end: int) -> NpyRef:
     if offset + nbytes > end:
         raise _fail(
             field,
-            f"{file} {label} is truncated: its header says {dtype} {list(shape)} "
+            f"{_name(file, label)} is truncated: its header says {dtype} {list(shape)} "
             f"({nbytes} bytes) but only {max(end - offset, 0)} bytes follow; copy or write the "
             "file again",
         )
