@@ -248,3 +248,16 @@ def test_windowed_order_is_a_permutation_of_whole_windows_for_odd_sizes():
         assert np.array_equal(got, order.rows(3, 0, rows))  # the same order however it is cut
         if rows > 1:
             assert not np.array_equal(got, order.rows(4, 0, rows))  # another epoch, another order
+
+
+def test_a_negative_id_is_reported_when_its_batch_is_read(tmp_path):
+    ids = np.zeros((40, 1), np.int32)
+    ids[7, 0] = -3  # % would silently wrap it onto row 47 of a 50-row table
+    write_day(tmp_path, 0, 40, replace={1: ids})
+    write_day(tmp_path, 1, 40)
+    dm = make_dm(tmp_path, days=[0, 1], shuffle=False)
+    with pytest.raises(DataConfigError) as err:
+        list(dm.train_dataloader())
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"{tmp_path}/day_0_sparse_multi_hot.npz member 1.npy row 7 holds id -3" in message
