@@ -30,6 +30,7 @@ constant hot sizes, so the KeyedJaggedTensor is built without reading anything b
 from __future__ import annotations
 
 import math
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 
@@ -67,14 +68,18 @@ class MultiHotRows:
     def arrays(self) -> list[tuple[torch.Tensor, np.ndarray, list[torch.Tensor]]]:
         """Per day ``(dense, labels, [sparse per feature])``, mapped on first use."""
         if self._arrays is None:
-            self._arrays = [
-                (
-                    torch.from_numpy(d.dense.open(mmap=self.mmap)),
-                    d.labels.open(mmap=self.mmap),
-                    [torch.from_numpy(m.open(mmap=self.mmap)) for m in d.sparse],
-                )
-                for d in self.days
-            ]
+            with warnings.catch_warnings():
+                # read-only maps (a shared mapping costs no memory commitment, unlike a
+                # copy-on-write one): torch warns that it could write to them; it never does
+                warnings.filterwarnings("ignore", message=".*NumPy array is not writable.*")
+                self._arrays = [
+                    (
+                        torch.from_numpy(d.dense.open(mmap=self.mmap)),
+                        d.labels.open(mmap=self.mmap),
+                        [torch.from_numpy(m.open(mmap=self.mmap)) for m in d.sparse],
+                    )
+                    for d in self.days
+                ]
         return self._arrays
 
     def segments(self, rows: np.ndarray) -> list[tuple[int, int, int, slice | torch.Tensor]]:

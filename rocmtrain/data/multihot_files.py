@@ -57,9 +57,8 @@ class NpyRef:
         order = "F" if self.fortran else "C"
         if self.rows == 0:
             return np.empty(self.shape, dtype=self.dtype, order=order)
-        # copy-on-write: nothing is ever written, but torch.from_numpy wants a writable array
         arr = np.memmap(
-            self.file, dtype=self.dtype, mode="c", offset=self.offset, shape=self.shape, order=order
+            self.file, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape, order=order
         )
         return arr if mmap else np.array(arr)
 
