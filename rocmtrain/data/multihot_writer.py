@@ -230,8 +230,12 @@ def _run(tasks: list[tuple], workers: int) -> None:
             fn(*args)
         return
     with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
-        for future in [pool.submit(*task) for task in tasks]:
-            future.result()
+        try:
+            for future in [pool.submit(*task) for task in tasks]:
+                future.result()
+        except BaseException:  # a bad input row: report it now, not after every other block
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
 
 def write_synthetic(plan: Plan, rows_per_day: list[int], *, workers: int) -> list[Path]:
