@@ -11,6 +11,7 @@ sample of feature ``f`` (multi-hot size; 1 for Criteo). Values are key-major::
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 
@@ -57,7 +58,9 @@ def make_batch_from_values(
     keys = feature_keys(len(sizes))
     if values.dtype != torch.int64:
         values = values.to(torch.int64)
-    lengths = torch.tensor(list(sizes), dtype=torch.int32).repeat_interleave(batch_size)
+    # from a per-device template: torch.tensor(list, device=gpu) would copy from pageable host
+    # memory, which waits for the stream (a host sync per batch)
+    lengths = _sizes_on(tuple(int(s) for s in sizes), values.device).repeat_interleave(batch_size)
     length_per_key = [batch_size * int(size) for size in sizes]
     kjt = KeyedJaggedTensor(
         keys=keys,
@@ -74,14 +77,19 @@ def make_batch_from_values(
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _sizes_on(sizes: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    return torch.tensor(sizes, dtype=torch.int32, device=device)
+
+
 def derive_seed(*parts: int) -> int:
     """A 63-bit seed mixed from integers (data seed, split, epoch, block ...), stable across runs."""
     state = np.random.SeedSequence([int(p) & 0xFFFFFFFFFFFFFFFF for p in parts])
     return int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
 
 
-def generator(*parts: int) -> torch.Generator:
-    """A CPU ``torch.Generator`` seeded with :func:`derive_seed` of ``parts``."""
-    gen = torch.Generator()
+def generator(*parts: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A ``torch.Generator`` on ``device`` seeded with :func:`derive_seed` of ``parts``."""
+    gen = torch.Generator(device=device)
     gen.manual_seed(derive_seed(*parts))
     return gen

@@ -291,7 +291,9 @@ def multihot_factory(
     val = MultiHotRows(val_days, mmap=cfg.mmap)
     train_end = len(train) if cfg.max_rows is None else min(len(train), cfg.max_rows)
 
-    def factory(split: str, rank: int, world_size: int) -> MultiHotSource | None:
+    def factory(
+        split: str, rank: int, world_size: int, device: object = None
+    ) -> MultiHotSource | None:  # rows are read on the host whatever the training device
         is_train = split == "train"
         if not is_train and val_rows == 0:
             return None

@@ -10,7 +10,7 @@ fused into the backward (``apply_optimizer_in_backward``), dense Adagrad from
 
 MLPerf DLRM-DCNv2 shapes (26 tables D=128, multi-hot, rows capped at --rows-cap), B=65536.
 ``--compile`` compiles the DCN cross net in place (``crossnet.compile()``, what the tuned plain
-TorchRec anchor does). Throughput: ``ThroughputCallback`` (scripts/bench/e2e_throughput.py) writes
+TorchRec anchor does). Throughput: ``ThroughputCallback`` (rocmtrain/throughput.py) writes
 ``<run-dir>/throughput.json`` (median samples/s over synced windows after --warmup steps, peak
 memory), the file ``e2e_summary.py`` reads, and the last line printed is
 ``samples/s <rate> step_ms <ms> peak_gib <GiB>``.
@@ -18,7 +18,8 @@ memory), the file ``e2e_summary.py`` reads, and the last line printed is
 Data (--data planted, default): the anchor's batches (rocmtrain.data's planted-signal generator,
 the only other rocmtrain code used, as in e2e_torchrec_anchor.py), so the two are compared on the
 same ids; --data uniform: the script's own uniform ids and random labels. --n-batches distinct
-batches are made once (pinned) and cycled.
+batches are made once; --feed staged (default) pins them once and cycles them, --feed loader
+feeds new CPU copies of them through an ordinary ``DataLoader(pin_memory=True)`` every step.
 
     python scripts/bench/swapin_user_module.py --out-dir /tmp/swapin [--compile]
     python scripts/bench/swapin_user_module.py --cpu-smoke --out-dir /tmp/swapin_smoke
@@ -44,7 +45,9 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 import rocmtrain  # noqa: F401  (registers strategy="torchrec")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from e2e_throughput import ThroughputCallback  # noqa: E402
+from e2e_feed import ordinary_loader  # noqa: E402
+
+from rocmtrain.throughput import ThroughputCallback  # noqa: E402
 
 MULTI_HOT = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
 ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10,
@@ -150,6 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--data", choices=("planted", "uniform"), default="planted")
     p.add_argument(
+        "--feed",
+        choices=("staged", "loader"),
+        default="staged",
+        help="staged: --n-batches batches pinned once and cycled; loader: an ordinary "
+        "DataLoader(pin_memory=True) yielding new CPU copies of them every step (e2e_feed.py)",
+    )
+    p.add_argument("--no-pin", action="store_true", help="--feed loader with pin_memory=False")
+    p.add_argument(
         "--sync-report",
         action="store_true",
         help="record the host-device syncs of steps 9-12 (inside the warm-up) to "
@@ -169,8 +180,6 @@ def main(argv: list[str] | None = None) -> int:
     make = planted_batches if args.data == "planted" else uniform_batches
     batches = make(args.n_batches, args.batch_size, rows, args.seed)
     gpu = not args.cpu_smoke
-    if gpu:
-        batches = [b.pin_memory() for b in batches]
     module = DLRMDCNv2(rows, args.dim, args.cpu_smoke, args.lr, args.compile)
     throughput = ThroughputCallback(
         args.out_dir, warmup_steps=args.warmup, sync_every=args.sync_every
@@ -193,7 +202,13 @@ def main(argv: list[str] | None = None) -> int:
         enable_model_summary=False,
         callbacks=callbacks,
     )
-    loader = DataLoader(Cycled(batches, args.warmup + args.steps), batch_size=None)
+    steps = args.warmup + args.steps
+    if args.feed == "loader":  # an ordinary DataLoader, new CPU batches every step
+        loader = ordinary_loader(batches, steps, pin_memory=not args.no_pin and gpu)
+    else:  # pre-staged: a few batches pinned once and cycled
+        if gpu:
+            batches = [b.pin_memory() for b in batches]
+        loader = DataLoader(Cycled(batches, steps), batch_size=None)
     trainer.fit(module, loader)
     doc = throughput.summary(trainer, module)
     if trainer.is_global_zero:
