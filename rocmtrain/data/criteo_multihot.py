@@ -270,7 +270,8 @@ def _open_days(cfg: DataConfig, field: str, days: list[int] | None, num_dense: i
 def multihot_factory(
     cfg: DataConfig, *, rows: list[int], multi_hot: list[int] | None, num_dense: int, seed: int
 ):
-    """``factory(split, rank, world_size, device)`` for :class:`~rocmtrain.data.datamodule.RecDataModule`.
+    """``factory(split, rank, world_size, device)`` for
+    :class:`~rocmtrain.data.datamodule.RecDataModule`.
 
     ``multi_hot``: ``model.multi_hot_sizes`` (``None``: take the files' hot sizes)."""
     days = _open_days(cfg, "path", cfg.days, num_dense)
