@@ -102,7 +102,8 @@ def read_npy_header(fh, *, file: Path, label: str, field: str) -> tuple[tuple, b
     except (ValueError, OSError, EOFError) as err:
         raise _fail(
             field,
-            f"{_name(file, label)} is not a readable .npy array ({err}); rewrite it with numpy.save "
+            f"{_name(file, label)} is not a readable .npy array ({err}); rewrite it with "
+            "numpy.save "
             f"or {_WRITER}",
         ) from None
 

@@ -363,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if len(hot) != len(tables):
             raise DataConfigError(
-                f"--hot-sizes has {len(hot)} entries but --tables {len(tables)}; give one per feature"
+                f"--hot-sizes has {len(hot)} entries but --tables {len(tables)}; "
+                "give one per feature"
             )
         if max(tables) > np.iinfo(np.int32).max:
             raise DataConfigError("--tables: ids are int32, so tables hold at most 2**31-1 rows")
