@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rocmtrain.config import ConfigError
 
-DATA_KINDS = ("synthetic", "criteo_tsv", "criteo_npy")
+DATA_KINDS = ("synthetic", "criteo_tsv", "criteo_npy", "criteo_multihot")
 GENERATE_ON = ("auto", "device", "cpu")
 FILE_FORMATS = ("auto", "tsv", "csv")
 NPY_IDS = ("contiguous", "raw")
@@ -33,21 +33,26 @@ class DataConfig:
 
     kind: str = "synthetic"
     """``"synthetic"`` (generated, planted learnable signal), ``"criteo_tsv"`` (raw Criteo rows:
-    tab-separated Kaggle/1TB layout or CSV with a ``label,I1..,C1..`` header) or ``"criteo_npy"``
-    (TorchRec's preprocessed ``day_X_{dense,sparse,labels}.npy``)."""
+    tab-separated Kaggle/1TB layout or CSV with a ``label,I1..,C1..`` header) , ``"criteo_npy"``
+    (TorchRec's preprocessed ``day_X_{dense,sparse,labels}.npy``) or ``"criteo_multihot"``
+    (MLPerf's multi-hot ``day_X_dense.npy``, ``day_X_labels.npy``,
+    ``day_X_sparse_multi_hot.npz``)."""
 
     path: str | None = None
     """Criteo kinds: the training data. ``criteo_tsv``: one file or a folder of ``*.tsv``,
     ``*.txt``, ``*.csv`` files (read in name order). ``criteo_npy``: a folder holding
-    ``day_<X>_dense.npy``, ``day_<X>_sparse.npy``, ``day_<X>_labels.npy``. Unused by synthetic."""
+    ``day_<X>_dense.npy``, ``day_<X>_sparse.npy``, ``day_<X>_labels.npy``. ``criteo_multihot``:
+    a folder holding ``day_<X>_dense.npy``, ``day_<X>_labels.npy``,
+    ``day_<X>_sparse_multi_hot.npz``. Unused by synthetic."""
 
     val_path: str | None = None
-    """Optional separate validation data (same layout as ``path``). When unset, the last
-    ``val_fraction`` of the rows of ``path`` (in file order) is held out for validation."""
+    """Optional separate validation data (same layout as ``path``; ``criteo_multihot``: every
+    day found there). When unset, the last ``val_fraction`` of the rows of ``path`` (in file order)
+    is held out for validation; ``criteo_multihot``: the first half of the last of ``days``."""
 
     days: list[int] | None = None
-    """``criteo_npy`` only: which ``day_<X>`` files to read from ``path``; ``None`` = every day
-    found, in numeric order."""
+    """``criteo_npy``, ``criteo_multihot``: which ``day_<X>`` files to read from ``path``;
+    ``None`` = every day found, in numeric order."""
 
     file_format: str = "auto"
     """``criteo_tsv`` only: ``"tsv"`` (no header, tab-separated), ``"csv"`` (comma-separated,
@@ -57,8 +62,8 @@ class DataConfig:
     """Criteo kinds: read at most this many rows of ``path`` (``None`` = all)."""
 
     val_fraction: float = 0.1
-    """Criteo kinds without ``val_path``: fraction of rows (the last ones) used for validation,
-    in ``[0, 1)``; 0 disables validation."""
+    """``criteo_tsv``/``criteo_npy`` without ``val_path``: fraction of rows (the last ones) used
+    for validation, in ``[0, 1)``; 0 disables validation."""
 
     npy_ids: str = "contiguous"
     """``criteo_npy`` only: what the integer ids of ``day_<X>_sparse.npy`` are. ``"contiguous"``:
@@ -68,7 +73,13 @@ class DataConfig:
     do; a negative id is an error there too (no hex id is negative)."""
 
     mmap: bool = True
-    """``criteo_npy`` only: memory-map the ``.npy`` files instead of loading them into memory."""
+    """``criteo_npy``, ``criteo_multihot``: memory-map the files instead of loading them into
+    memory."""
+
+    shuffle_window_rows: int = 1 << 22
+    """``criteo_multihot`` only: the training order is shuffled within windows of this many rows
+    (the windows themselves in a shuffled order), so reads stay in one window at a time and no
+    permutation of the whole split is held (``rocmtrain/data/criteo_multihot.py``)."""
 
     batch_size: int = 512
     """Samples per batch PER RANK (global batch = ``batch_size * world_size``)."""
@@ -175,6 +186,8 @@ class DataConfig:
             _fail("max_rows", self.max_rows, "use a positive row count or null for all rows")
         if self.file_format not in FILE_FORMATS:
             _fail("file_format", self.file_format, f"choose one of {', '.join(FILE_FORMATS)}")
+        if not isinstance(self.shuffle_window_rows, int) or self.shuffle_window_rows < 1:
+            _fail("shuffle_window_rows", self.shuffle_window_rows, "use a positive row count")
         if self.npy_ids not in NPY_IDS:
             _fail("npy_ids", self.npy_ids, f"choose one of {', '.join(NPY_IDS)}")
         if self.signal_strength < 0:

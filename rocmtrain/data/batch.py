@@ -42,16 +42,26 @@ def make_batch(dense: torch.Tensor, ids: Sequence[torch.Tensor], labels: torch.T
         ids: one int64 ``[B, L[f]]`` tensor per feature (fixed multi-hot size per feature).
         labels: ``[B]`` (converted to float32).
     """
-    batch_size = dense.shape[0]
-    keys = feature_keys(len(ids))
-    sizes = [int(t.shape[1]) for t in ids]
     values = torch.cat([t.reshape(-1) for t in ids])
+    return make_batch_from_values(dense, values, [int(t.shape[1]) for t in ids], labels)
+
+
+def make_batch_from_values(
+    dense: torch.Tensor, values: torch.Tensor, sizes: Sequence[int], labels: torch.Tensor
+) -> Batch:
+    """Pack one batch whose key-major ``values`` are already concatenated (no copy of them).
+
+    Lengths are the constant ``sizes`` (``L[f]``) known on the host, so building the
+    KeyedJaggedTensor reads nothing back from ``values``.
+    """
+    batch_size = dense.shape[0]
+    keys = feature_keys(len(sizes))
     if values.dtype != torch.int64:
         values = values.to(torch.int64)
     # from a per-device template: torch.tensor(list, device=gpu) would copy from pageable host
     # memory, which waits for the stream (a host sync per batch)
-    lengths = _sizes_on(tuple(sizes), values.device).repeat_interleave(batch_size)
-    length_per_key = [batch_size * size for size in sizes]
+    lengths = _sizes_on(tuple(int(s) for s in sizes), values.device).repeat_interleave(batch_size)
+    length_per_key = [batch_size * int(size) for size in sizes]
     kjt = KeyedJaggedTensor(
         keys=keys,
         values=values,
