@@ -214,6 +214,23 @@ else
 fi
 # the throughput stages skip validation; the user's command and the convergence pair validate
 NOVAL=(trainer.limit_val_batches=0)
+# file sets for the data=criteo_multihot / criteo_npy stages, written once per --work folder
+SETS=$WORK/sets
+write_sets() {
+  [ -f "$SETS/done" ] && return 0
+  if [ -n "$ONLY" ] && ! selected rt_1gpu_fbgemm_bf16_multihot && ! selected rt_1gpu_fbgemm_bf16_onehot; then
+    return 0
+  fi
+  local rows=3145728,3145728,262144
+  [ "$MODE" = cpu ] && rows=2048,2048,512
+  log "writing the multi-hot and one-hot file sets ($rows rows) to $SETS"
+  PYTHON=$PY bash "$ROOT/scripts/bench/make_multihot_set.sh" "$SETS" --rows "$rows" \
+    > "$LOGS/write_sets.log" 2>&1 && touch "$SETS/done"
+  log "sets: $(grep -h 'written in' "$LOGS/write_sets.log" | tr '\n' ' ')"
+}
+MULTIHOT=(data=criteo_multihot "data.path=$SETS/multihot" "data.days=[0,1,2]")
+ONEHOT=(data=criteo_npy "data.path=$SETS/onehot" "data.days=[0,1,2]" data.val_fraction=0.02
+        model.multi_hot_sizes=null)
 A1=(--bf16 "${ANCHOR_SMALL[@]}")
 # Stages in priority order (the budget cuts from the end):
 #   rt_1gpu_fbgemm_bf16[_rK]: the recipe as shipped (data made on the GPU, new every step), five
@@ -228,6 +245,9 @@ A1=(--bf16 "${ANCHOR_SMALL[@]}")
 #            _loader: fed by an ordinary DataLoader(pin_memory=True) of new CPU batches every step;
 #            without: pre-staged pinned batches; anchor_*_loader: plain TorchRec fed by the same
 #            DataLoader; _compiled: the cross net compiled in __init__ (both sides)
+#   rt_1gpu_fbgemm_bf16_multihot[_rK]: the recipe trained from MLPerf's multi-hot file layout
+#            (data=criteo_multihot, 6.3 M rows written by make_multihot_set.sh), rounds 1-3;
+#            _onehot: the same rows one-hot (data=criteo_npy)
 for rep in 1 2 3 4 5; do
   sfx=$([ "$rep" = 1 ] || echo "_r$rep")
   if [ "$rep" = 1 ]; then
@@ -239,14 +259,20 @@ for rep in 1 2 3 4 5; do
     anchor "anchor_1gpu_bf16_compiled$sfx" 1 "${A1[@]}" --compile
     rocm "rt_1gpu_fbgemm_bf16$sfx" 1 "${NOVAL[@]}"
   fi
-  if [ "$rep" = 1 ]; then
+  if [ "$rep" -le 2 ]; then  # the convergence pair twice: the recipe's seed, then another
     USER_BATCHES=$([ "$MODE" = cpu ] && echo 8 || echo 200)
     USER_VAL=$([ "$MODE" = cpu ] && echo 1 || echo 20)
+    SEED=$([ "$rep" = 1 ] && echo 1234 || echo 4321)
+    seed=(); [ "$rep" = 1 ] || seed=("seed=$SEED")
     TRAIN_BATCHES_SAVED=$TRAIN_BATCHES; TRAIN_BATCHES=$USER_BATCHES
-    rocm rt_1gpu_fbgemm_bf16_fresh 1
+    rocm "rt_1gpu_fbgemm_bf16_fresh$sfx" 1 "${seed[@]}"
     TRAIN_BATCHES=$TRAIN_BATCHES_SAVED
-    anchor anchor_1gpu_bf16_compiled_fresh 1 "${A1[@]}" --compile --fresh-epochs 1 \
-      --steps "$USER_BATCHES" --val-batches "$USER_VAL" --generate-on device
+    anchor "anchor_1gpu_bf16_compiled_fresh$sfx" 1 "${A1[@]}" --compile --fresh-epochs 1 \
+      --steps "$USER_BATCHES" --val-batches "$USER_VAL" --generate-on device --seed "$SEED"
+  fi
+  if [ "$rep" -le 3 ]; then  # the recipe trained from MLPerf-layout multi-hot files
+    write_sets
+    rocm "rt_1gpu_fbgemm_bf16_multihot$sfx" 1 "${MULTIHOT[@]}" "${NOVAL[@]}"
   fi
   if [ "$rep" -le 3 ]; then
     swapin "swapin_1gpu_bf16_compiled_loader$sfx" 1 --compile --feed loader
@@ -260,6 +286,8 @@ for rep in 1 2 3; do
   swapin "swapin_1gpu_bf16$sfx" 1
   anchor "anchor_1gpu_bf16_loader$sfx" 1 "${A1[@]}" --feed loader
 done
+# the one-hot files (the recipe's shapes one-hot: a speed reading, no target)
+rocm rt_1gpu_fbgemm_bf16_onehot 1 "${ONEHOT[@]}" "${NOVAL[@]}"
 # levers the benchmark still explores, each on top of the recipe as shipped
 rocm rt_1gpu_triton_bf16 1 kernel=triton "${NOVAL[@]}"
 rocm rt_1gpu_fbgemm_bf16_nocg 1 model.compile_mode=default "${NOVAL[@]}"
