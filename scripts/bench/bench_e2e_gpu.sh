@@ -187,6 +187,32 @@ swapin() {  # swapin NAME GPUS [extra args]: the user-style module with strategy
     --steps "$ANCHOR_STEPS" --sync-every "$SYNC" --out-dir "$WORK/runs/$name" "$@"
 }
 
+swapin_rounds() {  # swapin_rounds BASE GPUS ROUNDS [extra args]: the loader-fed and pre-staged
+  # user module, ROUNDS interleaved rounds in one process (a new module and Trainer per fit:
+  # one start-up instead of 2 x ROUNDS); each fit becomes its own row BASE_loader[_rK], BASE[_rK]
+  local base=$1 gpus=$2 rounds=$3; shift 3
+  local dev=(--batch-size "$GB" --rows-cap "$ROWS_CAP")
+  [ "$MODE" = cpu ] && dev=(--cpu-smoke)
+  local set="${base}_rounds"
+  run_stage "$set" swapin-set "$gpus" $(( STAGE_T + 40 * rounds )) \
+    $PY "$ROOT/scripts/bench/swapin_user_module.py" "${dev[@]}" --warmup "$WARMUP" \
+    --steps "$ANCHOR_STEPS" --sync-every "$SYNC" --out-dir "$WORK/runs/$set" \
+    --feeds loader,staged --rounds "$rounds" "$@"
+  grep -qE "\"name\": ?\"$set\", ?\"kind\": ?\"swapin-set\".*\"status\": ?\"(ok|failed|timeout)\"" "$STAGES" || return 0
+  local k feed name sfx
+  for k in $(seq 1 "$rounds"); do
+    sfx=$([ "$k" = 1 ] || echo "_r$k")
+    for feed in loader staged; do
+      name=$base$([ "$feed" = loader ] && echo _loader)$sfx
+      grep -qE "\"name\": ?\"$name\"" "$STAGES" && continue
+      local res="$WORK/runs/$set/${feed}_r$k/throughput.json"
+      local st=ok; [ -f "$res" ] || st=failed
+      echo "{\"name\": \"$name\", \"kind\": \"swapin\", \"gpus\": $gpus, \"status\": \"$st\", \"rc\": 0, \"seconds\": 0, \"command\": \"(round $k of $set)\", \"log\": \"logs/$set.log\", \"result\": \"$res\", \"run_dir\": \"$WORK/runs/$set/${feed}_r$k\"}" >> "$STAGES"
+    done
+  done
+  summarise
+}
+
 rocm() {  # rocm NAME GPUS [overrides]: the recipe AS SHIPPED; only the run's length, the rows
   # cap, the run dir, checkpointing and measurement switches are set here (CPU smoke: small shapes)
   local name=$1 gpus=$2; shift 2
@@ -248,6 +274,19 @@ A1=(--bf16 "${ANCHOR_SMALL[@]}")
 #   rt_1gpu_fbgemm_bf16_multihot[_rK]: the recipe trained from MLPerf's multi-hot file layout
 #            (data=criteo_multihot, 6.3 M rows written by make_multihot_set.sh), rounds 1-3;
 #            _onehot: the same rows one-hot (data=criteo_npy)
+convergence_pair() {  # convergence_pair SFX SEED: the user's command verbatim (200 batches, its
+  # validation) and plain TorchRec on the same samples (the recipe's generator on the GPU)
+  local sfx=$1 seed=$2 batches val saved extra=()
+  batches=$([ "$MODE" = cpu ] && echo 8 || echo 200)
+  val=$([ "$MODE" = cpu ] && echo 1 || echo 20)
+  [ "$seed" = 1234 ] || extra=("seed=$seed")
+  saved=$TRAIN_BATCHES; TRAIN_BATCHES=$batches
+  rocm "rt_1gpu_fbgemm_bf16_fresh$sfx" 1 "${extra[@]}"
+  TRAIN_BATCHES=$saved
+  anchor "anchor_1gpu_bf16_compiled_fresh$sfx" 1 "${A1[@]}" --compile --fresh-epochs 1 \
+    --steps "$batches" --val-batches "$val" --generate-on device --seed "$seed"
+}
+
 for rep in 1 2 3 4 5; do
   sfx=$([ "$rep" = 1 ] || echo "_r$rep")
   if [ "$rep" = 1 ]; then
@@ -259,33 +298,21 @@ for rep in 1 2 3 4 5; do
     anchor "anchor_1gpu_bf16_compiled$sfx" 1 "${A1[@]}" --compile
     rocm "rt_1gpu_fbgemm_bf16$sfx" 1 "${NOVAL[@]}"
   fi
-  if [ "$rep" -le 2 ]; then  # the convergence pair twice: the recipe's seed, then another
-    USER_BATCHES=$([ "$MODE" = cpu ] && echo 8 || echo 200)
-    USER_VAL=$([ "$MODE" = cpu ] && echo 1 || echo 20)
-    SEED=$([ "$rep" = 1 ] && echo 1234 || echo 4321)
-    seed=(); [ "$rep" = 1 ] || seed=("seed=$SEED")
-    TRAIN_BATCHES_SAVED=$TRAIN_BATCHES; TRAIN_BATCHES=$USER_BATCHES
-    rocm "rt_1gpu_fbgemm_bf16_fresh$sfx" 1 "${seed[@]}"
-    TRAIN_BATCHES=$TRAIN_BATCHES_SAVED
-    anchor "anchor_1gpu_bf16_compiled_fresh$sfx" 1 "${A1[@]}" --compile --fresh-epochs 1 \
-      --steps "$USER_BATCHES" --val-batches "$USER_VAL" --generate-on device --seed "$SEED"
-  fi
+  [ "$rep" = 1 ] && convergence_pair "" 1234
   if [ "$rep" -le 3 ]; then  # the recipe trained from MLPerf-layout multi-hot files
     write_sets
     rocm "rt_1gpu_fbgemm_bf16_multihot$sfx" 1 "${MULTIHOT[@]}" "${NOVAL[@]}"
   fi
-  if [ "$rep" -le 3 ]; then
-    swapin "swapin_1gpu_bf16_compiled_loader$sfx" 1 --compile --feed loader
-    swapin "swapin_1gpu_bf16_compiled$sfx" 1 --compile
+  if [ "$rep" = 1 ]; then  # a user's module: loader-fed vs pre-staged, 3 rounds in one process
+    swapin_rounds swapin_1gpu_bf16_compiled 1 3 --compile
+    swapin_rounds swapin_1gpu_bf16 1 3
+  fi
+  if [ "$rep" -le 3 ]; then  # plain TorchRec fed by the same DataLoader
     anchor "anchor_1gpu_bf16_compiled_loader$sfx" 1 "${A1[@]}" --compile --feed loader
+    anchor "anchor_1gpu_bf16_loader$sfx" 1 "${A1[@]}" --feed loader
   fi
 done
-for rep in 1 2 3; do
-  sfx=$([ "$rep" = 1 ] || echo "_r$rep")
-  swapin "swapin_1gpu_bf16_loader$sfx" 1 --feed loader
-  swapin "swapin_1gpu_bf16$sfx" 1
-  anchor "anchor_1gpu_bf16_loader$sfx" 1 "${A1[@]}" --feed loader
-done
+convergence_pair _r2 4321  # the convergence pair again with another seed: its spread
 # the one-hot files (the recipe's shapes one-hot: a speed reading, no target)
 rocm rt_1gpu_fbgemm_bf16_onehot 1 "${ONEHOT[@]}" "${NOVAL[@]}"
 # levers the benchmark still explores, each on top of the recipe as shipped

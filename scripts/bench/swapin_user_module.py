@@ -161,6 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--no-pin", action="store_true", help="--feed loader with pin_memory=False")
     p.add_argument(
+        "--feeds",
+        default=None,
+        help="several feeds in one process, e.g. loader,staged: each round fits a new module "
+        "and Trainer per feed; results in OUT_DIR/<feed>_r<k>/throughput.json",
+    )
+    p.add_argument("--rounds", type=int, default=1, help="interleaved rounds of --feeds")
+    p.add_argument(
         "--sync-report",
         action="store_true",
         help="record the host-device syncs of steps 9-12 (inside the warm-up) to "
@@ -175,20 +182,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu_smoke:
         args.batch_size, args.rows_cap, args.dim = 256, 2000, 16
         args.steps, args.warmup, args.sync_every, args.n_batches = 4, 2, 2, 2
-    pl.seed_everything(args.seed, verbose=False)
     rows = [min(r, args.rows_cap) for r in ROWS]
     make = planted_batches if args.data == "planted" else uniform_batches
     batches = make(args.n_batches, args.batch_size, rows, args.seed)
     gpu = not args.cpu_smoke
+    staged = [b.pin_memory() for b in batches] if gpu else batches
+    feeds = args.feeds.split(",") if args.feeds else [args.feed]
+    for feed in feeds:
+        if feed not in ("staged", "loader"):
+            p.error(f"--feeds {args.feeds}: each feed is staged or loader")
+    one = args.rounds == 1 and len(feeds) == 1
+    for k in range(1, args.rounds + 1):
+        for feed in feeds:  # interleaved: round k of every feed before round k + 1
+            out = Path(args.out_dir) if one else Path(args.out_dir) / f"{feed}_r{k}"
+            fit_once(args, rows, staged if feed == "staged" else batches, feed, out, gpu)
+    return 0
+
+
+def fit_once(args, rows, batches, feed: str, out_dir: Path, gpu: bool) -> dict:
+    """One fit of a new module and Trainer fed ``feed``; ``out_dir/throughput.json``."""
+    pl.seed_everything(args.seed, verbose=False)
     module = DLRMDCNv2(rows, args.dim, args.cpu_smoke, args.lr, args.compile)
-    throughput = ThroughputCallback(
-        args.out_dir, warmup_steps=args.warmup, sync_every=args.sync_every
-    )
+    throughput = ThroughputCallback(out_dir, warmup_steps=args.warmup, sync_every=args.sync_every)
     callbacks: list[pl.Callback] = [throughput]
     if args.sync_report:
         from rocmtrain.diagnostics.syncs import SyncReportCallback
 
-        callbacks.append(SyncReportCallback(Path(args.out_dir), start_step=9, steps=4))
+        callbacks.append(SyncReportCallback(out_dir, start_step=9, steps=4))
     trainer = pl.Trainer(
         strategy="torchrec",
         accelerator="gpu" if gpu else "cpu",
@@ -203,20 +223,21 @@ def main(argv: list[str] | None = None) -> int:
         callbacks=callbacks,
     )
     steps = args.warmup + args.steps
-    if args.feed == "loader":  # an ordinary DataLoader, new CPU batches every step
+    if feed == "loader":  # an ordinary DataLoader, new CPU batches every step
         loader = ordinary_loader(batches, steps, pin_memory=not args.no_pin and gpu)
     else:  # pre-staged: a few batches pinned once and cycled
-        if gpu:
-            batches = [b.pin_memory() for b in batches]
         loader = DataLoader(Cycled(batches, steps), batch_size=None)
     trainer.fit(module, loader)
     doc = throughput.summary(trainer, module)
     if trainer.is_global_zero:
         peak = max(doc["peak_mem_alloc_gib_per_rank"] or [0.0])
         rate, step_ms = doc["samples_per_s"], doc["step_ms_median"]
-        print(f"samples/s {rate or float('nan'):.0f} step_ms {step_ms or float('nan'):.2f} "
-              f"peak_gib {peak:.2f}")  # fmt: skip
-    return 0
+        print(f"{feed} {out_dir.name}: samples/s {rate or float('nan'):.0f} "
+              f"step_ms {step_ms or float('nan'):.2f} peak_gib {peak:.2f}", flush=True)  # fmt: skip
+    del trainer, module
+    if gpu:
+        torch.cuda.empty_cache()  # the next fit allocates its tables anew
+    return doc
 
 
 if __name__ == "__main__":
