@@ -185,10 +185,7 @@ class InputPipeline:
     def __init__(self, model: nn.Module, device: torch.device) -> None:
         self.device = device
         gpu = device.type == "cuda"
-        # the copy stream at the default (lowest) priority: batches made on the device by the
-        # loader run there and should fill the training stream's gaps, not preempt its kernels;
-        # the input dist stays high priority (the next step waits on it)
-        self._copy_stream = torch.cuda.Stream(device, priority=0) if gpu else None
+        self._copy_stream = torch.cuda.Stream(device, priority=-1) if gpu else None
         self.background = gpu
         """Load in a background thread (GPUs: the training thread only launches work; on CPU
         ranks the loader would compete with the step for the same cores)."""
