@@ -338,5 +338,10 @@ class PreemptionCallback(pl.Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if threading.current_thread() is threading.main_thread():
             for sig, handler in self._previous.items():
-                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+                # only where ours is still installed: Lightning's signal connector tears down
+                # first and puts back what it found before fit; "restoring" the handler we found
+                # (Lightning's, bound to this trainer) would keep it installed after fit, and
+                # with it the trainer and the whole model alive for the rest of the process
+                if signal.getsignal(sig) == self._handler:
+                    signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         self._previous = {}
