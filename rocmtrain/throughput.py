@@ -139,7 +139,7 @@ class ThroughputCallback(pl.Callback):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # callbacks' epoch-end hooks run before the module's: its epoch line can read this value
         rate = self.epoch_rate(trainer.current_epoch)
-        pl_module.log(STEADY_KEY, float("nan") if rate is None else rate)
+        pl_module.log(STEADY_KEY, float("nan") if rate is None else rate, batch_size=1)
         self.write(trainer, pl_module, final=False)
 
     def epoch_rate(self, epoch: int) -> float | None:
