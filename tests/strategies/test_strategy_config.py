@@ -77,3 +77,44 @@ def test_one_gpu_decision(monkeypatch):
     assert not platform.is_gpu_run("auto")
     assert TorchRecStrategy(pipeline="auto").uses_pipeline("gpu")
     assert not TorchRecStrategy(pipeline="auto").uses_pipeline("auto")
+
+
+@pytest.mark.parametrize("preset", ["default", "strict", "off", "files"])
+def test_every_watchdog_preset_name_is_accepted(preset):
+    """The presets that build on ``default`` through a defaults list load outside Hydra too, with
+    the values Hydra composes for ``watchdog=<preset>``."""
+    from test_cli import compose
+
+    assert (
+        TorchRecStrategy(watchdog=preset).watchdog_config
+        == compose("dlrm_mi300", f"watchdog={preset}").watchdog
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"hbm_cap_gb": "lots"}, "hbm_cap_gb='lots'"),
+        ({"hbm_cap_gb": -1}, "hbm_cap_gb=-1"),
+        ({"ddr_cap_gb": float("nan")}, "ddr_cap_gb=nan"),
+        ({"start_method": "fork"}, "start_method='fork'"),
+        ({"per_table_sharding": ["t_cat_0"]}, "per_table_sharding=['t_cat_0']"),
+        ({"planner_batch_size": "32"}, "planner_batch_size='32'"),
+        ({"ddp_kwargs": "static_graph"}, "ddp_kwargs='static_graph'"),
+        ({"run_dir": 123}, "run_dir=123"),
+        ({"run_dir": ""}, "run_dir=''"),
+        ({"semi_sync_start_batch": "0"}, "semi_sync_start_batch='0'"),
+        ({"pooling_factors": {"t_cat_0": "many"}}, "pooling_factors.t_cat_0='many'"),
+    ],
+)
+def test_bad_python_arguments_are_one_config_error(kwargs, needle):
+    """A wrong type or value through the Python API is one ConfigError at construction naming
+    the argument and the fix, not a TypeError (or a failure at fit) from deep inside."""
+    with pytest.raises(ConfigError) as err:
+        TorchRecStrategy(**kwargs)
+    assert needle in str(err.value) and "is invalid:" in str(err.value), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_registered_spawn_strategies_still_construct():
+    assert TorchRecStrategy(start_method="spawn")._start_method == "spawn"
