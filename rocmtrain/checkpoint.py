@@ -124,6 +124,14 @@ def write_sharded(
     barrier()
     if rank == 0:
         parts = sorted(tmp.iterdir())
+        missing = _missing_rank_files([f.name for f in parts], world_size)
+        if missing:  # a rank wrote elsewhere (another run_dir): never mark this one complete
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise RuntimeError(
+                f"checkpoint {final}: {missing} of {world_size} ranks not written here; every "
+                "rank must see the same checkpoint.dir (one run_dir per job, on a shared "
+                "filesystem across nodes)"
+            )
         for f in parts:
             _fsync_path(f)
         marker = {
@@ -181,6 +189,9 @@ def size_problem(path: Path, marker: dict[str, Any] | None) -> str | None:
     """What is missing or of the wrong size in ``path`` by its ``marker``; None when all fit."""
     if not marker or not isinstance(marker.get("files"), dict):
         return f"no valid {MARKER} (a write that did not finish)"
+    missing = _missing_rank_files(list(marker["files"]), marker.get("world_size"))
+    if missing:
+        return f"{missing} of its {marker['world_size']} ranks' files are not in it"
     for name, size in marker["files"].items():
         f = Path(path) / name
         if not f.is_file():
@@ -188,6 +199,16 @@ def size_problem(path: Path, marker: dict[str, Any] | None) -> str | None:
         if f.stat().st_size != size:
             return f"{name} has {f.stat().st_size} bytes, {MARKER} recorded {size}"
     return None
+
+
+def _missing_rank_files(names: list[str], world_size: object) -> str | None:
+    """The per-rank files a checkpoint of ``world_size`` ranks lacks, named; None if none."""
+    if not isinstance(world_size, int) or world_size < 1:
+        return None
+    missing = [f"rank_{r}.pt" for r in range(world_size) if f"rank_{r}.pt" not in names]
+    if not missing:
+        return None
+    return ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
 
 
 def is_complete(path: Path) -> bool:

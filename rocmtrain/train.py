@@ -55,6 +55,30 @@ def check_hardware(cfg: RunConfig) -> None:
             )
 
 
+#: CPU ranks per core beyond which a local CPU run only oversubscribes the machine (a few ranks
+#: per core still make a useful test of a larger world size)
+CPU_RANKS_PER_CORE = 4
+
+
+def check_cpu_ranks(cfg: RunConfig) -> None:
+    """A local CPU run starts ``trainer.devices`` processes on this machine: refuse a count it
+    cannot hold (the dry run too, whose planner would cost a topology of that size)."""
+    from rocmtrain.config import ConfigError
+
+    t = cfg.trainer
+    if cfg.cluster.kind != "local" or platform.is_gpu_run(t.accelerator, cfg.strategy.backend):
+        return
+    cores = os.cpu_count() or 1
+    most = CPU_RANKS_PER_CORE * cores
+    if t.devices > most:
+        raise ConfigError(
+            "trainer.devices",
+            t.devices,
+            f"each CPU rank is a process on this machine, which has {cores} core(s); use at most "
+            f"{most} (a larger world size: trainer.num_nodes, or cluster=slurm)",
+        )
+
+
 def train(cfg: RunConfig) -> dict[str, float]:
     """Train ``cfg``; returns the last epoch's metrics (train/val loss, AUC, NE, samples/s)."""
     from rocmtrain.config.schema import validate_run_config
@@ -63,6 +87,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
     validate_run_config(cfg)
     _hand_over_early_signals(cfg)
     check_hardware(cfg)
+    check_cpu_ranks(cfg)
     strategy = TorchRecStrategy.from_config(cfg)
     gpu = platform.is_gpu_run(cfg.trainer.accelerator, cfg.strategy.backend)
     strategy.check_supported("cuda" if gpu else "cpu")

@@ -146,3 +146,30 @@ def test_marker_without_checksums_is_accepted_with_a_warning(tmp_path, caplog):
         assert ckpt.find_resume(tmp_path) == old
     assert "has no checksums" in caplog.text and str(old) in caplog.text
     assert torch.equal(_read(old)[0], torch.full((64, 4), 1.0))
+
+
+def test_rank_missing_from_the_folder_is_never_marked_complete(tmp_path):
+    """Ranks that see different checkpoint folders (each rank of a Hydra sweep picks its own
+    run_dir): rank 0 finds only its own part and refuses to mark the checkpoint complete."""
+    final = tmp_path / ckpt.checkpoint_name(5)
+    with pytest.raises(RuntimeError, match=r"rank_1\.pt of 2 ranks not written here"):
+        ckpt.write_sharded(
+            final,
+            sharded={"model": {"w": torch.ones(4)}},
+            per_rank={"global_step": 5},
+            rank=0,
+            world_size=2,  # rank 1 "wrote" into another folder: nothing of it here
+            barrier=lambda: None,
+        )
+    assert not final.exists() and ckpt.find_resume(tmp_path) is None
+    assert not list(tmp_path.iterdir())  # no half-written folder left either
+
+
+def test_marker_listing_fewer_ranks_than_its_world_size_is_skipped(tmp_path, caplog):
+    good = _write(tmp_path, 1, 1.0)
+    bad = _write(tmp_path, 2, 2.0)
+    marker = json.loads((bad / ckpt.MARKER).read_text())
+    (bad / ckpt.MARKER).write_text(json.dumps({**marker, "world_size": 2}))
+    with caplog.at_level(logging.WARNING, logger="rocmtrain.checkpoint"):
+        assert ckpt.find_resume(tmp_path) == good
+    assert "rank_1.pt of its 2 ranks" in caplog.text
