@@ -206,6 +206,13 @@ def _unwritable_run_dir(argv: list[str]) -> str | None:
             "run_dir out for runs/<recipe>/<date_time>"
         )
     path = Path(raw).absolute()
+    if _rank() == 0:  # ranks Lightning starts join the run that holds the lock
+        from rocmtrain import run_lock
+        from rocmtrain.train import IN_USE
+
+        other = run_lock.holder(path)
+        if other is not None:
+            return f"run_dir={str(path)!r} is invalid: {IN_USE.format(other)}"
     try:  # the real test, also as root (os.access says yes to root on a read-only /proc)
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".write-test-{os.getpid()}"

@@ -126,6 +126,12 @@ def prepare_run_dir(cfg: RunConfig) -> Path:
         raise ConfigError(
             "run_dir", cfg.run_dir, f"cannot write there ({exc.strerror}); choose a writable folder"
         ) from None
+    if _launching_rank():
+        from rocmtrain import run_lock
+
+        other = run_lock.acquire(run_dir)
+        if other is not None:
+            raise ConfigError("run_dir", cfg.run_dir, f"{IN_USE.format(other)}")
     metrics = run_dir / "logs" / "metrics.csv"
     if _launching_rank() and metrics.is_file():
         n = 1
@@ -134,6 +140,13 @@ def prepare_run_dir(cfg: RunConfig) -> Path:
         metrics.rename(kept)
         log.info("resume: the previous attempt's metrics are kept in %s", kept)
     return run_dir
+
+
+#: the fix when another run holds the run dir (``{}``: who holds it)
+IN_USE = (
+    "another run ({}) is using this folder; wait for it to end, or give this run its own "
+    "run_dir (leave run_dir out for runs/<recipe>/<date_time>)"
+)
 
 
 def _launching_rank() -> bool:
