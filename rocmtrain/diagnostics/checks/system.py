@@ -96,6 +96,8 @@ def check_rccl_conf(facts: GpuFacts, inputs: Inputs) -> Check:
 
 
 _VIS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+_DEVICE = r"(-?\d+|GPU-[\w-]+|MIG-[\w/-]+)"  # index (-1 hides all), or a UUID
+_DEVICE_LIST = re.compile(rf"{_DEVICE}(\s*,\s*{_DEVICE})*")
 
 
 def check_visible_devices(facts: GpuFacts, inputs: Inputs) -> Check:
@@ -107,6 +109,16 @@ def check_visible_devices(facts: GpuFacts, inputs: Inputs) -> Check:
     if "" in set_vars.values():
         return Check(
             "cluster.visible_devices", "warn", ev, "an empty *_VISIBLE_DEVICES hides every GPU"
+        )
+    # the runtimes stop at the first entry that is neither an index nor a GPU UUID: "abc" hides
+    # every GPU, "0,x" all but GPU 0
+    unreadable = [k for k, v in set_vars.items() if not _DEVICE_LIST.fullmatch(v.strip())]
+    if unreadable:
+        return Check(
+            "cluster.visible_devices",
+            "error",
+            ev,
+            f"{', '.join(unreadable)}: use GPU indices (0,1,2) or UUIDs (GPU-...), or unset it",
         )
     if "ROCR_VISIBLE_DEVICES" in set_vars and len(set_vars) > 1 and len(set(set_vars.values())) > 1:
         return Check(
