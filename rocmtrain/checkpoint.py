@@ -170,12 +170,67 @@ def read_sharded(path: Path, *, sharded: dict[str, Any], rank: int) -> dict[str,
             f"checkpoint {path} cannot be loaded: {problem}; "
             "use rocmtrain.checkpoint.find_resume(root) to pick an intact one"
         )
+    differs = state_mismatch(path, sharded)
+    if differs is not None:
+        raise ResumeError(
+            f"checkpoint {path} was written for another model or embedding optimizer: {differs}. "
+            "Resume with the model.* settings it was written with, or start over "
+            "(checkpoint.resume=never, or a new run_dir)"
+        )
     dcp.load(sharded, checkpoint_id=str(path))
     own = path / f"rank_{rank}.pt"
     if not own.exists():
         log.warning("%s has no state for rank %d; using rank 0's", path, rank)
         own = path / "rank_0.pt"
     return torch.load(own, map_location="cpu", weights_only=False)
+
+
+class ResumeError(RuntimeError):
+    """A checkpoint that cannot be resumed by this run (written for another model or embedding
+    optimizer); the message says what differs and what to do, in one line."""
+
+
+def _global_size(value: Any) -> tuple[int, ...] | None:
+    """The whole tensor's size (a torch.Tensor or DTensor, or a ShardedTensor's metadata)."""
+    if hasattr(value, "local_shards") and hasattr(value, "metadata"):
+        return tuple(value.metadata().size)
+    return tuple(value.size()) if isinstance(value, torch.Tensor) else None
+
+
+def _short(fqn: str) -> str:
+    """``model.model.sparse_arch....embedding_bags.t_cat_0.weight`` -> ``t_cat_0.weight``."""
+    for mark in ("embedding_bags.", "embeddings."):
+        if mark in fqn:
+            rest = fqn.rsplit(mark, 1)[1]
+            kind = "optimizer state " if fqn.startswith("fused_optimizer.") else ""
+            return kind + ".".join(dict.fromkeys(rest.split(".")))  # t_cat_0.weight.t_cat_0.x
+    return fqn.removeprefix("model.model.").removeprefix("model.")
+
+
+def state_mismatch(path: Path, sharded: dict[str, Any]) -> str | None:
+    """How checkpoint ``path``'s tensors differ from ``sharded`` (names, global sizes), read
+    from its DCP metadata before any loading; None when every tensor fits."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+
+    saved = {
+        k: tuple(v.size)
+        for k, v in dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata.items()
+        if hasattr(v, "size")
+    }
+    flat, _ = flatten_state_dict(sharded)
+    current = {k: s for k, v in flat.items() if (s := _global_size(v)) is not None}
+    diffs = [
+        f"{_short(k)} is {list(saved[k])} there, {list(n)} here"
+        for k, n in current.items()
+        if k in saved and saved[k] != n
+    ]
+    diffs += [f"{_short(k)} is not in it" for k in current if k not in saved]
+    diffs += [f"{_short(k)} is only in it" for k in saved if k not in current]
+    if not diffs:
+        return None
+    more = f" (and {len(diffs) - 2} more)" if len(diffs) > 2 else ""
+    return "; ".join(diffs[:2]) + more
 
 
 def read_marker(path: Path) -> dict[str, Any] | None:

@@ -33,6 +33,7 @@ from rocmtrain.config.schema import (
 
 def _usage_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that are the user's to fix: printed as one line, exit code USAGE."""
+    from rocmtrain.checkpoint import ResumeError
     from rocmtrain.comms.rendezvous import RendezvousError
     from rocmtrain.config import ConfigError
     from rocmtrain.strategies.planning import PlanError
@@ -43,6 +44,7 @@ def _usage_errors() -> tuple[type[BaseException], ...]:
         PlanError,
         HardwareError,
         RendezvousError,
+        ResumeError,
         FileNotFoundError,
     )
 

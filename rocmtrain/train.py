@@ -103,7 +103,11 @@ def train(cfg: RunConfig) -> dict[str, float]:
     )
     module = build_module(cfg, strategy)
     trainer = build_trainer(cfg, run_dir, strategy=strategy)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg))
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg))
+    except ckpt.ResumeError:
+        _put_back_metrics(run_dir)  # nothing was trained: the folder stays as it was
+        raise
     close_process_group(barrier=True)  # every rank gets here; end in step
     final = dict(module.history[-1]) if module.history else {}
     if trainer.is_global_zero and final:
@@ -138,8 +142,22 @@ def prepare_run_dir(cfg: RunConfig) -> Path:
         while (kept := metrics.with_name(f"metrics.attempt{n}.csv")).exists():
             n += 1
         metrics.rename(kept)
+        _KEPT_METRICS.append(kept)
         log.info("resume: the previous attempt's metrics are kept in %s", kept)
     return run_dir
+
+
+#: the previous attempt's metrics.csv as this process renamed it (prepare_run_dir)
+_KEPT_METRICS: list[Path] = []
+
+
+def _put_back_metrics(run_dir: Path) -> None:
+    """Undo prepare_run_dir's rename when the run could not resume (no new metrics written)."""
+    metrics = run_dir / "logs" / "metrics.csv"
+    while _KEPT_METRICS:
+        kept = _KEPT_METRICS.pop()
+        if kept.parent == metrics.parent and kept.is_file() and not metrics.exists():
+            kept.rename(metrics)
 
 
 #: the fix when another run holds the run dir (``{}``: who holds it)

@@ -173,3 +173,14 @@ def test_marker_listing_fewer_ranks_than_its_world_size_is_skipped(tmp_path, cap
     with caplog.at_level(logging.WARNING, logger="rocmtrain.checkpoint"):
         assert ckpt.find_resume(tmp_path) == good
     assert "rank_1.pt of its 2 ranks" in caplog.text
+
+
+def test_reading_into_another_shape_names_the_tensor_and_both_sizes(tmp_path):
+    path = _write(tmp_path, 1, 1.0)
+    state = {"model": {"w": torch.zeros(32, 4), "b": torch.zeros(4), "new": torch.zeros(2)}}
+    with pytest.raises(ckpt.ResumeError) as err:
+        ckpt.read_sharded(path, sharded=state, rank=0)
+    text = str(err.value)
+    assert "w is [64, 4] there, [32, 4] here; new is not in it" in text, text
+    assert "checkpoint.resume=never" in text and "\n" not in text
+    assert torch.equal(state["model"]["w"], torch.zeros(32, 4))  # nothing loaded

@@ -90,3 +90,24 @@ def test_resume_keeps_the_previous_attempts_metrics(tmp_path):
     assert list(csv.DictReader(open(kept))) == rows_first
     steps = [int(r["step"]) for r in csv.DictReader(open(run_dir / "logs" / "metrics.csv"))]
     assert steps and min(steps) >= max(int(r["step"]) for r in rows_first)  # continues, no restart
+
+
+def test_resume_with_another_model_says_what_differs_and_keeps_the_folder(tmp_path):
+    """A changed embedding optimizer (its state has another shape; a changed table size is
+    covered in test_checkpoint): one error line naming the tensor, both sizes and what to do,
+    exit 2, and the first run's metrics.csv where it was (the run never started)."""
+    run_dir = tmp_path / "run"
+    first = _run(run_dir, "trainer.max_epochs=1", "data.num_train_batches=4")
+    assert first.returncode == 0, first.stderr[-3000:]
+    metrics = (run_dir / "logs" / "metrics.csv").read_text()
+    cases = {
+        "model.embedding_optimizer=rowwise_adagrad": "momentum1 is [2000, 16] there, [2000] here"
+    }
+    for change, needle in cases.items():
+        p = _run(run_dir, "trainer.max_epochs=2", "data.num_train_batches=4", change)
+        errors = [ln for ln in p.stderr.splitlines() if "error:" in ln]
+        assert p.returncode == 2 and len(errors) == 1, p.stderr[-3000:]
+        assert needle in errors[0] and "checkpoint.resume=never" in errors[0], errors
+        assert "Traceback" not in p.stderr
+        assert (run_dir / "logs" / "metrics.csv").read_text() == metrics
+        assert not list((run_dir / "logs").glob("metrics.attempt*.csv"))
