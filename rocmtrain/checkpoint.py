@@ -114,45 +114,115 @@ def write_sharded(
 
     final = Path(final)
     tmp = _tmp_for(final)
-    if rank == 0:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-    barrier()
-    dcp.save(sharded, checkpoint_id=str(tmp))
-    torch.save(per_rank, tmp / f"rank_{rank}.pt")
-    barrier()
-    if rank == 0:
-        parts = sorted(tmp.iterdir())
-        missing = _missing_rank_files([f.name for f in parts], world_size)
-        if missing:  # a rank wrote elsewhere (another run_dir): never mark this one complete
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise RuntimeError(
-                f"checkpoint {final}: {missing} of {world_size} ranks not written here; every "
-                "rank must see the same checkpoint.dir (one run_dir per job, on a shared "
-                "filesystem across nodes)"
-            )
-        for f in parts:
-            _fsync_path(f)
-        marker = {
-            "format": FORMAT_VERSION,
-            "world_size": world_size,
-            "global_step": per_rank.get("global_step"),
-            "epoch": per_rank.get("epoch"),
-            "time": time.time(),
-            "files": {f.name: f.stat().st_size for f in parts},
-            "checksum": CHECKSUM,
-            "checksums": checksums(parts),
-        }
-        (tmp / MARKER).write_text(json.dumps(marker, indent=1))
-        _fsync_path(tmp / MARKER)
-        _fsync_path(tmp)
-        if final.exists():  # same step written twice (e.g. epoch end == step interval)
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        _fsync_path(final.parent)
+    try:
+        if rank == 0:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            tmp.mkdir(parents=True)
+        barrier()
+        dcp.save(sharded, checkpoint_id=str(tmp))
+        torch.save(per_rank, tmp / f"rank_{rank}.pt")
+        barrier()
+        if rank == 0:
+            _complete(tmp, final, per_rank, world_size)
+    except BaseException as exc:
+        _abandon(tmp, final, exc)
     barrier()
     return final
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (a full disk, a quota, permissions); what it had
+    written is removed and the checkpoints before it are untouched."""
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind ``exc``: itself, its cause/context, or a rank's failure inside DCP's
+    CheckpointException (a BaseException that carries each rank's exception)."""
+    stack: list[BaseException | None] = [exc]
+    seen: set[int] = set()
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError):
+            return e
+        failures = getattr(e, "failures", None)
+        if isinstance(failures, dict):
+            stack += [f[0] if isinstance(f, tuple) else f for f in failures.values()]
+        stack += [e.__cause__, e.__context__]
+    return None
+
+
+#: how torch.save's zip writer reports a write the filesystem cut short (no OSError reaches us)
+_SHORT_WRITE = ("unexpected pos", "PytorchStreamWriter failed")
+
+
+def _write_failure(exc: BaseException, root: Path) -> str | None:
+    """Why the filesystem refused the write behind ``exc``, or None when it is not that."""
+    err = _os_error(exc)
+    if err is not None:
+        return err.strerror or str(err)
+    text = str(exc) + "".join(str(f) for f in getattr(exc, "failures", {}).values())
+    if not any(mark in text for mark in _SHORT_WRITE):
+        return None
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        return "a write was cut short"
+    return f"a write was cut short ({free / 2**20:.1f} MiB free on that filesystem)"
+
+
+def _abandon(tmp: Path, final: Path, exc: BaseException) -> None:
+    """A write that failed on this rank: remove its temp folder (any rank may; they share it),
+    and say in one line why, when the filesystem refused it."""
+    why = _write_failure(exc, final.parent)  # measured before the temp folder frees space
+    shutil.rmtree(tmp, ignore_errors=True)
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        raise exc
+    if why is None:
+        if isinstance(exc, Exception):
+            raise exc
+        # DCP's CheckpointException is a BaseException: callers catching Exception would miss it
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+        raise RuntimeError(f"checkpoint {final} not written: {first}") from exc
+    raise CheckpointWriteError(
+        f"checkpoint {final} not written: {why}; free space (or fix permissions) under "
+        f"{final.parent} or set checkpoint.dir to another disk, then rerun to resume from the "
+        "last complete checkpoint (nothing half-written is left)"
+    ) from exc
+
+
+def _complete(tmp: Path, final: Path, per_rank: dict[str, Any], world_size: int) -> None:
+    """Rank 0: check every rank's part is there, checksum, mark complete, rename into place."""
+    parts = sorted(tmp.iterdir())
+    missing = _missing_rank_files([f.name for f in parts], world_size)
+    if missing:  # a rank wrote elsewhere (another run_dir): never mark this one complete
+        raise RuntimeError(
+            f"checkpoint {final}: {missing} of {world_size} ranks not written here; every "
+            "rank must see the same checkpoint.dir (one run_dir per job, on a shared "
+            "filesystem across nodes)"
+        )
+    for f in parts:
+        _fsync_path(f)
+    marker = {
+        "format": FORMAT_VERSION,
+        "world_size": world_size,
+        "global_step": per_rank.get("global_step"),
+        "epoch": per_rank.get("epoch"),
+        "time": time.time(),
+        "files": {f.name: f.stat().st_size for f in parts},
+        "checksum": CHECKSUM,
+        "checksums": checksums(parts),
+    }
+    (tmp / MARKER).write_text(json.dumps(marker, indent=1))
+    _fsync_path(tmp / MARKER)
+    _fsync_path(tmp)
+    if final.exists():  # same step written twice (e.g. epoch end == step interval)
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    _fsync_path(final.parent)
 
 
 def read_sharded(path: Path, *, sharded: dict[str, Any], rank: int) -> dict[str, Any]:

@@ -15,6 +15,7 @@ The run directory is printed on exit, success or failure.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -92,6 +93,9 @@ def hydra_main(argv: list[str]) -> int:
 
     for pattern in _QUIET_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
+    # a full disk fails the job log's file handler on every record; the console still gets each
+    # line, and the one error line says what failed, without a traceback per log record
+    logging.raiseExceptions = False
 
     from rocmtrain.faults.preemption import arm_early, disarm_early
     from rocmtrain.launch.orphans import die_with_parent, started_by_lightning

@@ -184,3 +184,43 @@ def test_reading_into_another_shape_names_the_tensor_and_both_sizes(tmp_path):
     assert "w is [64, 4] there, [32, 4] here; new is not in it" in text, text
     assert "checkpoint.resume=never" in text and "\n" not in text
     assert torch.equal(state["model"]["w"], torch.zeros(32, 4))  # nothing loaded
+
+
+FULL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+import torch
+from rocmtrain import checkpoint as ckpt
+
+root = Path(sys.argv[1])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+try:
+    ckpt.write_sharded(
+        root / ckpt.checkpoint_name(2),
+        sharded={"model": {"w": torch.ones(1024, 1024)}},  # 4 MiB: more than the file may hold
+        per_rank={"global_step": 2},
+        rank=0,
+        world_size=1,
+        barrier=lambda: None,
+    )
+except ckpt.CheckpointWriteError as exc:
+    print(exc)
+    sys.exit(3)
+"""
+
+
+def test_a_write_the_filesystem_refuses_is_one_error_and_leaves_nothing(tmp_path):
+    """A real write failure (the file-size limit of the writing process: the filesystem says no
+    as on a full disk, EFBIG instead of ENOSPC) inside DCP's save: one line naming the checkpoint
+    and the reason, no temp or partial folder, the previous checkpoint still the one resumed."""
+    prev = _write(tmp_path, 1, 1.0)
+    p = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(tmp_path)], capture_output=True, text=True
+    )
+    assert p.returncode == 3, p.stderr[-3000:]
+    line = p.stdout.strip()
+    assert "\n" not in line and "step-000000002 not written: File too large" in line, line
+    assert "checkpoint.dir" in line
+    assert sorted(x.name for x in tmp_path.iterdir()) == [prev.name]
+    assert ckpt.find_resume(tmp_path) == prev
