@@ -158,6 +158,7 @@ class RankLifecycleMixin(ParallelStrategy):
         if isinstance(exception, Exception) and isinstance(
             self.launcher, _SubprocessScriptLauncher
         ):
+            _stop_child_observer()
             self.launcher.kill(signal.SIGKILL)
 
     @override
@@ -190,3 +191,15 @@ class RankLifecycleMixin(ParallelStrategy):
             old = {name: before for name, (before, _) in self._env_changes.items()}
             apply_env(old, force=True, source="teardown")
             self._env_changes = {}
+
+
+def _stop_child_observer() -> None:
+    """Lightning's launcher watches its children from a thread, and when one has exited with an
+    error it SIGKILLs this process too (exit 137, read as an OOM kill). Here this process ends
+    the children itself, for its own exception: the watcher must not turn that into a kill of
+    the rank that is reporting the error."""
+    import threading
+
+    for thread in threading.enumerate():
+        if thread.name == "child-process-observer" and hasattr(thread, "_child_processes"):
+            thread._child_processes = []  # its next pass sees no child and ends  # type: ignore[attr-defined]

@@ -79,3 +79,11 @@ def test_plain_lightning_script_names_the_stuck_rank_and_exits_75(
     # start-up (imports, 2 ranks, gloo, planner) + the hang timeout + report, on a loaded 2-core box
     assert took < limit_s, took
     assert _warned_fake_knob(proc.stderr)
+
+
+def test_rank_0_failing_alone_exits_1_not_killed(tmp_path):
+    """Rank 0 raises and ends its peer; its own cleanup takes a few seconds. Lightning's child
+    watcher must not then SIGKILL it for the peer it ended itself (137 reads as an OOM kill)."""
+    proc = _run(tmp_path, "object", "raise0", timeout=200)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "rank 0 fails alone" in proc.stderr
