@@ -118,3 +118,50 @@ def test_bad_python_arguments_are_one_config_error(kwargs, needle):
 
 def test_registered_spawn_strategies_still_construct():
     assert TorchRecStrategy(start_method="spawn")._start_method == "spawn"
+
+
+def _small_tables(fused: bool):
+    import torch
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    tables = [
+        EmbeddingBagConfig(
+            name=f"t{i}", embedding_dim=8, num_embeddings=64, feature_names=[f"f{i}"]
+        )
+        for i in range(4)
+    ]
+    ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
+    if fused:
+        apply_optimizer_in_backward(torch.optim.Adagrad, ebc.parameters(), {"lr": 0.5})
+    return torch.nn.Sequential(ebc)
+
+
+def _plan_types(model) -> dict[str, str]:
+    plan = TorchRecStrategy(balance="off").plan_for(
+        model,
+        world_size=2,
+        local_world_size=2,
+        compute_device="cuda",  # a fake topology
+    )
+    return {t: ps.sharding_type for m in plan.plan.values() for t, ps in m.items()}
+
+
+def test_planner_keeps_tables_with_an_embedding_optimizer_sharded():
+    """Left to itself the planner makes small tables data-parallel, where DDP trains them with
+    the dense optimizer and the one given by apply_optimizer_in_backward silently does nothing;
+    with the strategy's constraint they stay sharded (tables without one are left to it)."""
+    assert "data_parallel" not in _plan_types(_small_tables(fused=True)).values()
+    assert set(_plan_types(_small_tables(fused=False)).values()) == {"data_parallel"}
+
+
+def test_asked_for_data_parallel_with_an_embedding_optimizer_warns(caplog):
+    import logging
+
+    from rocmtrain.strategies.planning import sharding_constraints
+
+    with caplog.at_level(logging.WARNING, logger="rocmtrain.strategies.planning"):
+        sharding_constraints(_small_tables(fused=True), "data_parallel")
+    assert "table t0 is data_parallel (as asked)" in caplog.text
+    assert "apply_optimizer_in_backward" in caplog.text
