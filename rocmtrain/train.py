@@ -242,10 +242,18 @@ def resume_path(cfg: RunConfig) -> str | None:
                 f"a folder with {ckpt.MARKER} (rocmtrain.checkpoint.find_resume picks one)"
             )
         return r
-    found = ckpt.find_resume(Path(cfg.checkpoint.dir))
+    root = Path(cfg.checkpoint.dir)
+    found = ckpt.find_resume(root)
     if found is not None:
         log.info("resuming from %s", found)
         return str(found)
+    skipped = ckpt.list_checkpoints(root)
+    if skipped:  # each was named with its problem by find_resume; say what that means
+        log.warning(
+            "no intact checkpoint under %s (%d skipped): training starts again from step 0",
+            root,
+            len(skipped),
+        )
     return None
 
 

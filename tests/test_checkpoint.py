@@ -224,3 +224,16 @@ def test_a_write_the_filesystem_refuses_is_one_error_and_leaves_nothing(tmp_path
     assert "checkpoint.dir" in line
     assert sorted(x.name for x in tmp_path.iterdir()) == [prev.name]
     assert ckpt.find_resume(tmp_path) == prev
+
+
+def test_every_checkpoint_skipped_says_training_starts_from_step_0(tmp_path, caplog):
+    from rocmtrain.config.schema import RunConfig
+    from rocmtrain.train import resume_path
+
+    bad = _write(tmp_path, 1, 1.0)
+    (bad / ckpt.MARKER).unlink()
+    cfg = RunConfig(run_dir=str(tmp_path))
+    cfg.checkpoint.dir = str(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        assert resume_path(cfg) is None
+    assert "(1 skipped): training starts again from step 0" in caplog.text
