@@ -235,7 +235,9 @@ def _unwritable_run_dir(argv: list[str]) -> str | None:
 def run(cfg: Any) -> int:
     """Validate, then submit / dry-run / train the composed config. Returns the exit code."""
     from rocmtrain.config.schema import validate_run_config
+    from rocmtrain.log_setup import quiet_other_ranks
 
+    quiet_other_ranks()  # Hydra has set up the console: each INFO line once, from rank 0
     run_dir = Path(str(cfg.run_dir))
     existed = not _only_hydra_files(run_dir)  # Hydra has written .hydra/ and its log by now
     started = False

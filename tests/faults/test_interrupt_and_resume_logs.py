@@ -83,6 +83,10 @@ def test_resume_keeps_the_previous_attempts_metrics(tmp_path):
     run_dir = tmp_path / "run"
     first = _run(run_dir, "trainer.max_epochs=1")
     assert first.returncode == 0, first.stderr[-3000:]
+    # each INFO line once on the console (rank 0's); rank 1's stay in its own log file
+    console = first.stdout + first.stderr
+    assert console.count("precision: mode=32 on cpu") == 1, console[-3000:]
+    assert "precision: mode=32 on cpu" in (run_dir / "train_ddp_process_1.log").read_text()
     rows_first = list(csv.DictReader(open(run_dir / "logs" / "metrics.csv")))
     second = _run(run_dir, "trainer.max_epochs=2")  # resumes from the epoch-1 checkpoint
     assert second.returncode == 0, second.stderr[-3000:]

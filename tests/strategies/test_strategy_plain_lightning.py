@@ -39,6 +39,9 @@ def test_plain_lightning_script_swaps_the_strategy_in(tmp_path, strategy):
     proc = _run(tmp_path, strategy)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _warned_fake_knob(proc.stderr), proc.stderr[-3000:]
+    # the strategy's INFO lines reach a script that configured no logging, once (rank 0's)
+    assert proc.stderr.count("sharding plan:") == 1, proc.stderr[-3000:]
+    assert "watchdog: rank 0/2" in proc.stderr and "watchdog: rank 1/2" not in proc.stderr
     ranks = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(2)]
     for r, res in enumerate(ranks):
         assert res["rank"] == r and res["world_size"] == 2
