@@ -337,3 +337,20 @@ def test_unknown_keys_in_a_typed_group_are_rejected():
     reject_unknown_keys(ok)  # a dict field takes new keys
     with pytest.raises(ConfigError, match="precision.atomics"):
         reject_unknown_keys(bad)
+
+
+def test_a_python_without_the_stack_gets_one_line_saying_activate_the_venv(tmp_path):
+    """``python -m rocmtrain`` from a Python that lacks the training stack (-S: no
+    site-packages, as a system Python without the activated .venv): one line, no traceback."""
+    p = subprocess.run(
+        [sys.executable, "-S", "-m", "rocmtrain", "dry_run=true"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    errors = [ln for ln in p.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and "activate the environment (. .venv/bin/activate" in errors[0]
