@@ -86,7 +86,9 @@ def check_memory_cap(field: str, value: object) -> None:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    import numbers
+
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 #: process start methods under which TorchRec's sharded modules work: ``fork`` (and forkserver)
@@ -109,6 +111,7 @@ def check_strategy_arguments(
 ) -> None:
     """Types and values of ``TorchRecStrategy``'s Python arguments, checked where they enter
     (the CLI's values are typed by the schema already): one :class:`ConfigError` each."""
+    import numbers
     import os
     from collections.abc import Mapping
 
@@ -126,7 +129,7 @@ def check_strategy_arguments(
         if not _is_number(factor) or factor <= 0:
             raise ConfigError(f"pooling_factors.{table}", factor, "use a positive number of ids")
     if planner_batch_size is not None and (
-        not isinstance(planner_batch_size, int)
+        not isinstance(planner_batch_size, numbers.Integral)
         or isinstance(planner_batch_size, bool)
         or planner_batch_size < 1
     ):
