@@ -14,6 +14,10 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+from rocmtrain.console import quiet_dependencies  # noqa: E402  (before TorchRec/FBGEMM load)
+
+quiet_dependencies()
+
 #: public name -> module that defines it (imported on first use: the diagnostics subcommands
 #: must work without torchrec)
 _PUBLIC = {

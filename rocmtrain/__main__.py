@@ -6,6 +6,7 @@ python -m rocmtrain doctor [--json]          # environment checks
 python -m rocmtrain scan PATH...             # CUDA→HIP porting traps
 python -m rocmtrain rccl-tests parse|sweep   # rccl-tests / nccl-tests wrapper
 python -m rocmtrain precision-matrix ...     # per-op error vs fp64 on this platform
+python -m rocmtrain write-data synthetic|expand ...  # Criteo-layout day files (multi-hot, one-hot)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     "scan": "rocmtrain.diagnostics.scan:main",
     "rccl-tests": "rocmtrain.comms.rccl_tests.cli:main",
     "precision-matrix": "rocmtrain.precision.matrix:main",
+    "write-data": "rocmtrain.data.multihot_writer:main",
 }
 
 

@@ -77,6 +77,9 @@ _QUIET_WARNINGS = (
     r".*Your `IterableDataset` has `__len__` defined.*",
     r".*The `srun` command is available on your system but is not used.*",
     r".*It is recommended to use `self.log\(.*sync_dist=True\)`.*",
+    # Lightning counts loader processes only; rocmtrain's data picks them (data.num_workers=null),
+    # GPU runs make synthetic batches on the device, and the input pipeline reports a slow loader
+    r".*does not have many workers which may be a bottleneck.*",
 )
 
 

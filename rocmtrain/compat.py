@@ -9,7 +9,7 @@ when a Dockerfile or the README pins something else.
     compat.PINNED.torch                 # '2.13.0'
     compat.stable_rocm((2, 11))         # (7, 2)
     compat.fbgemm_for_torch((2, 13))    # (1, 8)
-    compat.fbgemm_rocm((1, 6))          # FbgemmRocm(rocm=((7, 0), (7, 1)), ..., verified=True)
+    compat.fbgemm_rocm((1, 3))          # FbgemmRocm(rocm=((6, 3), (6, 4)), ..., verified=True)
 
 Every row names where it comes from (:data:`SOURCES`). A row no published matrix backs is kept
 with ``verified=False``; the doctor does not warn on such a row.
@@ -25,17 +25,19 @@ MM = tuple[int, int]
 SOURCES: dict[str, str] = {
     "torch-release": "pytorch/pytorch RELEASE.md, 'Release Compatibility Matrix' (Stable ROCm)",
     "fbgemm-releases": (
-        "FBGEMM docs, general/Releases.rst 'FBGEMM Releases Compatibility Table' "
-        "(docs.pytorch.org/FBGEMM/general/Releases.html): rows 0.4.0-1.5.0"
+        "pytorch/FBGEMM fbgemm_gpu/docs/src/general/Releases.rst 'FBGEMM Releases "
+        "Compatibility Table' (docs.pytorch.org/FBGEMM/general/Releases.html): rows 0.4.0-1.6.0"
     ),
     "fbgemm-1.6": (
-        "pytorch/FBGEMM PR 5503 'Update docs and compatibility table for FBGEMM v1.6.0 "
-        "release': 'No changes to the release matrix vs v1.5.0'; 1.6.0 corresponds to 2.11.x "
-        "(pytorch/FBGEMM PR 5941)"
+        "Releases.rst row 1.6.0 and pytorch/FBGEMM PR 5503 ('No changes to the release matrix vs "
+        "v1.5.0'): ROCm 7.0/7.1; 1.6.0 corresponds to 2.11.x (pytorch/FBGEMM PR 5941). "
+        "Unverified: FBGEMM's release pipeline built 1.6.0 against PyTorch's ROCm 7.1/7.2 "
+        "channel, which the table does not list"
     ),
     "fbgemm-1.7": (
         "pytorch/test-infra PR 8101: FBGEMM_GPU 1.7.0 'aligns with PyTorch 2.12.x'; its ROCm "
-        "row (7.0/7.1) is only inferred in the open pytorch/FBGEMM PR 5977"
+        "row (7.0/7.1) is only inferred in the open pytorch/FBGEMM PR 5977, and the release "
+        "pipeline built 1.7.0 against the ROCm 7.1/7.2 channel"
     ),
     "fbgemm-1.8": (
         "pytorch/test-infra PRs 8431/8519: FBGEMM_GPU 1.8.0 'aligns with PyTorch 2.13'; no "
@@ -63,6 +65,7 @@ FBGEMM_TORCH: dict[MM, MM] = {
     (1, 0): (2, 5),
     (1, 1): (2, 6),
     (1, 2): (2, 7),
+    (1, 3): (2, 8),
     (1, 4): (2, 9),
     (1, 5): (2, 10),
     (1, 6): (2, 11),
@@ -76,8 +79,9 @@ FBGEMM_TORCH: dict[MM, MM] = {
 class FbgemmRocm:
     """The ROCm builds one fbgemm-gpu minor is published for (FBGEMM calls them experimental)."""
 
-    rocm: tuple[MM, ...]
-    """ROCm minors of the published wheels."""
+    rocm: tuple[tuple[int, ...], ...]
+    """ROCm releases of the published wheels (``(6, 2, 4)`` where the table names a patch level;
+    compared by minor, because ``torch.version.hip``'s third field is a build number)."""
     archs: tuple[str, ...]
     """GPU architectures those wheels are built for."""
     source: str
@@ -89,15 +93,19 @@ class FbgemmRocm:
 _ARCHS_1_5 = ("gfx908", "gfx90a", "gfx942", "gfx950")
 _ARCHS_1_1 = ("gfx908", "gfx90a", "gfx942")
 
-#: fbgemm-gpu minor → its ROCm builds. FBGEMM 1.5 and 1.6 are built for ROCm 7.0/7.1 only, so
-#: torch 2.11's stable ROCm 7.2 with fbgemm-gpu 1.6 is a pairing FBGEMM did not publish.
+#: fbgemm-gpu minor → its ROCm builds, as FBGEMM's table lists them (1.2: ROCm 6.2.4 and 6.3;
+#: 1.3: ROCm 6.3/6.4; tests/diagnostics/test_versions_compat.py compares every row with a recorded
+#: copy of the table). 1.6 and 1.7 are unverified: the docs say ROCm 7.0/7.1,
+#: but the release pipeline built them against the 7.1/7.2 channel, so torch 2.11 + ROCm 7.2 +
+#: fbgemm-gpu 1.6 may well be a published pairing and the doctor does not warn on it.
 FBGEMM_ROCM: dict[MM, FbgemmRocm] = {
     (1, 0): FbgemmRocm(((6, 0), (6, 1)), ("gfx908", "gfx90a"), "fbgemm-releases"),
-    (1, 1): FbgemmRocm(((6, 1), (6, 2), (6, 3)), _ARCHS_1_1, "fbgemm-releases"),
-    (1, 2): FbgemmRocm(((6, 1), (6, 2), (6, 3)), _ARCHS_1_1, "fbgemm-releases"),
+    (1, 1): FbgemmRocm(((6, 1), (6, 2, 4), (6, 3)), _ARCHS_1_1, "fbgemm-releases"),
+    (1, 2): FbgemmRocm(((6, 2, 4), (6, 3)), _ARCHS_1_1, "fbgemm-releases"),
+    (1, 3): FbgemmRocm(((6, 3), (6, 4)), _ARCHS_1_1, "fbgemm-releases"),
     (1, 4): FbgemmRocm(((6, 3), (6, 4)), _ARCHS_1_1, "fbgemm-releases"),
     (1, 5): FbgemmRocm(((7, 0), (7, 1)), _ARCHS_1_5, "fbgemm-releases"),
-    (1, 6): FbgemmRocm(((7, 0), (7, 1)), _ARCHS_1_5, "fbgemm-1.6"),
+    (1, 6): FbgemmRocm(((7, 0), (7, 1)), _ARCHS_1_5, "fbgemm-1.6", verified=False),
     (1, 7): FbgemmRocm(((7, 0), (7, 1)), _ARCHS_1_5, "fbgemm-1.7", verified=False),
 }
 
@@ -175,3 +183,8 @@ def fbgemm_for_torch(torch_mm: MM | None) -> MM | None:
 def fbgemm_rocm(fbgemm_mm: MM | None) -> FbgemmRocm | None:
     """The ROCm builds of an fbgemm-gpu minor (None: no row, published or inferred)."""
     return FBGEMM_ROCM.get(fbgemm_mm) if fbgemm_mm else None
+
+
+def rocm_minors(row: FbgemmRocm) -> set[MM]:
+    """The ROCm minors of a row (``(6, 2, 4)`` → ``(6, 2)``)."""
+    return {(r[0], r[1]) for r in row.rocm}

@@ -163,8 +163,18 @@ def torch_version() -> tuple[int, ...]:
 
 
 def hip_version() -> tuple[int, ...] | None:
-    """HIP/ROCm version PyTorch was built with (``torch.version.hip``), or None."""
+    """HIP version PyTorch was built with (``torch.version.hip``), or None off ROCm builds."""
     return _parse_version(getattr(torch.version, "hip", None))
+
+
+def rocm_version() -> tuple[int, ...] | None:
+    """ROCm release PyTorch was built with, or None off ROCm builds.
+
+    ``torch.version.rocm`` where this torch has it, else ``torch.version.hip``: HIP and ROCm
+    numbers were equal up to ROCm 7 but diverge from ROCm 10 (HIP 7.15), which is why PyTorch added
+    ``torch.version.rocm`` (pytorch/pytorch PR #168097).
+    """
+    return _parse_version(getattr(torch.version, "rocm", None)) or hip_version()
 
 
 def nccl_version() -> tuple[int, ...] | None:

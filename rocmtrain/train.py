@@ -82,9 +82,11 @@ def check_cpu_ranks(cfg: RunConfig) -> None:
 def train(cfg: RunConfig) -> dict[str, float]:
     """Train ``cfg``; returns the last epoch's metrics (train/val loss, AUC, NE, samples/s)."""
     from rocmtrain.config.schema import validate_run_config
+    from rocmtrain.console import quiet_precision_hints
     from rocmtrain.data import build_datamodule
 
     validate_run_config(cfg)
+    quiet_precision_hints()  # the config sets the matmul precision on purpose
     _hand_over_early_signals(cfg)
     check_hardware(cfg)
     check_cpu_ranks(cfg)
@@ -190,6 +192,7 @@ def build_trainer(
     from pytorch_lightning.loggers import CSVLogger
 
     from rocmtrain.progress import HostMetricsProgressBar
+    from rocmtrain.throughput import ThroughputCallback
 
     t = cfg.trainer
     callbacks: list[pl.Callback] = []
@@ -206,6 +209,14 @@ def build_trainer(
         )
     callbacks += _monitor_callbacks(cfg, run_dir)
     callbacks += _grad_health_callbacks(cfg)
+    callbacks.append(
+        ThroughputCallback(
+            run_dir,
+            warmup_steps=cfg.monitor.throughput_warmup_steps,
+            sync_every=cfg.monitor.throughput_window_steps,
+            batch_per_rank=cfg.data.batch_size,
+        )
+    )
     kwargs: dict[str, Any] = dict(
         accelerator=t.accelerator,
         devices=t.devices,

@@ -136,10 +136,11 @@ class Platform:
 
 
 def _rocm_release() -> tuple[int, ...] | None:
-    """ROCm major.minor[.patch] from torch.version.hip (``6.3.42131-fa1d09cfd`` → (6, 3)): HIP's
+    """ROCm major.minor of this torch build (:func:`rocmtrain.platform.rocm_version`: from
+    ``torch.version.rocm``, else ``torch.version.hip``, ``6.3.42131-fa1d09cfd`` → (6, 3)). HIP's
     third field is a build number, not the ROCm patch level, so only two fields are trusted."""
-    hip = platform.hip_version()
-    return tuple(hip[:2]) if hip else None
+    rocm = platform.rocm_version()
+    return tuple(rocm[:2]) if rocm else None
 
 
 def _arch() -> str | None:

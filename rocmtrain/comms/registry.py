@@ -58,6 +58,21 @@ _TORCH_HIP = "https://pytorch.org/docs/stable/notes/hip.html"
 _TUNABLE = "https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/cuda/tunable/README.md"
 _MI300 = "https://rocm.docs.amd.com/en/latest/how-to/system-optimization/mi300x.html"
 _NCCL25 = "https://docs.nvidia.com/deeplearning/nccl/release-notes/rel_2-5-6.html"
+_EXPSEG = (
+    "https://github.com/pytorch/pytorch/pull/177974 + https://github.com/pytorch/pytorch/pull/179781 "
+    "(PyTorch 2.12 release notes: expandable segments on ROCm >= 7.0)"
+)
+_XNACK = (
+    "https://rocm.docs.amd.com/en/latest/conceptual/gpu-memory.html (XNACK) + "
+    "https://github.com/torvalds/linux/blob/v6.8/drivers/gpu/drm/amd/amdgpu/amdgpu_drv.c "
+    "(noretry: -1 auto (default))"
+)
+_IB_GID = (
+    "https://github.com/ROCm/rccl/blob/ab2b89c4c339bd7f816fbc114a4b05d386b66290/src/transport/"
+    "net_ib.cc (NCCL 2.21.5-1 in RCCL: IB_GID_INDEX default -1, ncclIbGetGidIndex picks the GID of "
+    "IB_ROCE_VERSION_NUM=2) + https://github.com/ROCm/rccl/blob/rocm-6.2.0/src/transport/net_ib.cc "
+    "(default 0)"
+)
 
 COMPONENT_NAMES = {"rccl": "RCCL", "rocm": "ROCm", "torch": "PyTorch"}
 
@@ -237,9 +252,9 @@ MIOPEN_DEBUG_CONVOLUTION_ATTRIB_FP16_ALT_IMPL | miopen | real |  |  | TORCH_HIP 
 HSA_NO_SCRATCH_RECLAIM | hsa | real |  | needed on gfx90a with ROCm >= 7.13 for RCCL small-message latency | RCCL_LOG |  |  |  | yes
 GPU_MAX_HW_QUEUES | hip | real |  | default 4; AMD: 2 with TORCH_NCCL_HIGH_PRIORITY=1 | MI300 |  |  |  | yes
 HIP_FORCE_DEV_KERNARG | hip | real |  | default on for gfx940/941/942 (MI300) from ROCm 6.1 in the CLR source (AMD's page says 6.2); not default on gfx90a | CLR_KERNARG |  |  |  | yes
-HSA_XNACK | hsa | real |  | page-fault retry; off by default | HIP_ENV |  |  |  | yes
+HSA_XNACK | hsa | real |  | page-fault retry (XNACK); unset leaves the driver's mode (amdgpu module parameter noretry, default -1 = auto: arch and driver decide); 1/0 ask for it on/off for the process | XNACK |  |  |  | yes
 HSA_FORCE_FINE_GRAIN_PCIE | hsa | real |  | P2P between PCIe GPUs | HIP_ENV |  |  |  | yes
-PYTORCH_HIP_ALLOC_CONF | torch | real |  | expandable_segments:True is a no-op on ROCm before PyTorch ~2.11 with ROCm >= 7.0 | TORCH_HIP |  |  |  | yes
+PYTORCH_HIP_ALLOC_CONF | torch | real |  | expandable_segments:True is honoured on ROCm from PyTorch 2.12 with ROCm >= 7.0 (a no-op before; checked per value) | EXPSEG |  |  |  | yes
 PYTORCH_CUDA_ALLOC_CONF | torch | real |  |  | TORCH_HIP |  |  |  | yes
 PYTORCH_NO_HIP_MEMORY_CACHING | torch | real |  |  | TORCH_HIP |  |  |  | yes
 NCCL_PROTO | rccl | real |  | LL, LL128, Simple (comma list, ^ = all except; per collective 'allreduce:LL;broadcast:Simple' from NCCL/RCCL 2.24.3); narrows the tuner's choices. RCCL 2.21.5 also skips its one hard-coded AllReduce rule when it is set, but that rule runs only on the 16-GCD MI250 topology model (pivotA2ANumBiRings == 3, rome_model_56), not on MI300X | RCCL_TUNE |  |  |  | yes
@@ -258,7 +273,7 @@ NCCL_MAX_NCHANNELS | rccl | real |  |  | NCCL_DOC |  |  |  | yes
 NCCL_IB_TIMEOUT | rccl | real |  | 18 in RCCL | NCCL_DOC |  |  |  | yes
 NCCL_IB_RETRY_CNT | rccl | real |  | default 7 | NCCL_DOC |  |  |  | yes
 NCCL_IB_HCA | rccl | real |  |  | NCCL_DOC |  |  |  | yes
-NCCL_IB_GID_INDEX | rccl | real |  | 3 on RoCE | MI300 |  |  |  | yes
+NCCL_IB_GID_INDEX | rccl | real |  | RCCL >= 2.21.5 (ROCm 6.3) defaults to -1 and picks the RoCE v2 GID itself: set it only when NCCL_DEBUG=INFO shows a wrong pick; RCCL <= 2.20 (ROCm <= 6.2) defaults to GID 0, so there set the RoCE v2 index of your fabric (show_gids); 3 is a common site convention, not a rule | IB_GID |  |  |  | yes
 NCCL_SOCKET_IFNAME | rccl | real |  |  | NCCL_DOC |  |  |  | yes
 NCCL_NET_GDR_LEVEL | rccl | real |  |  | NCCL_DOC |  |  |  | yes
 NCCL_CROSS_NIC | rccl | real |  |  | NCCL_DOC |  |  |  | yes
@@ -286,12 +301,20 @@ _SOURCES = {
     "RCCL_ENQ": _RCCL_ENQ, "RCCL_ROME": _RCCL_ROME, "PG_NCCL": _PG_NCCL, "FR": _FR,
     "FR_OLD": _FR_OLD, "CLR_FLAGS": _CLR_FLAGS, "CLR_KERNARG": _CLR_KERNARG, "HIP_DBG": _HIP_DBG,
     "HIP_ENV": _HIP_ENV, "TORCH_HIP": _TORCH_HIP, "TUNABLE": _TUNABLE, "MI300": _MI300,
-    "NCCL25": _NCCL25,
+    "NCCL25": _NCCL25, "EXPSEG": _EXPSEG, "XNACK": _XNACK, "IB_GID": _IB_GID,
 }  # fmt: skip
 
 #: value-level gate: the per-collective NCCL_PROTO / NCCL_ALGO syntax (``allreduce:tree;broadcast:ring``)
 PER_COLLECTIVE_GATE = Gate("rccl", ">=", (2, 24, 3), "per-collective syntax")
 PER_COLLECTIVE_SOURCE = _NCCL_2243
+#: value-level gates: ``expandable_segments:True`` in the allocator config is honoured on ROCm only
+#: from PyTorch 2.12 built with ROCm >= 7.0 (a no-op before)
+EXPANDABLE_SEGMENTS_GATES = (
+    Gate("torch", ">=", (2, 12), "expandable segments on ROCm"),
+    Gate("rocm", ">=", (7, 0), "expandable segments on ROCm"),
+)
+EXPANDABLE_SEGMENTS_SOURCE = _EXPSEG
+_ALLOC_CONF = ("PYTORCH_HIP_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 #: knobs that are already on by default where the gate holds (setting them =1 there changes nothing)
 DEFAULT_ON: dict[str, Gate] = {
     "HIP_FORCE_DEV_KERNARG": Gate("rocm", ">=", (6, 1), "", ("gfx940", "gfx941", "gfx942")),
@@ -560,6 +583,15 @@ def _value_findings(name: str, value: str, entry: EnvVar, versions: Versions) ->
     return []
 
 
+def _asks_expandable_segments(value: str) -> bool:
+    """True when an allocator config (``key:value,key:value``) turns expandable_segments on."""
+    for part in value.split(","):
+        key, _, val = part.partition(":")
+        if key.strip() == "expandable_segments" and val.strip().lower() in ("true", "1"):
+            return True
+    return False
+
+
 def _real_findings(
     name: str, value: str, entry: EnvVar, versions: Versions, rocm: bool | None
 ) -> list[Finding]:
@@ -584,6 +616,12 @@ def _real_findings(
             f"{COMPONENT_NAMES[gate.component]} >= {_show(gate.version)}"
         )
         out.append(Finding(name, "info", msg, None, entry.source))
+    if name in _ALLOC_CONF and rocm and _asks_expandable_segments(value):
+        for gate in EXPANDABLE_SEGMENTS_GATES:
+            have = versions.of(gate.component)
+            problem = gate.problem(f"{name}=expandable_segments:True", have) if have else None
+            if problem:
+                out.append(Finding(name, "warning", problem, None, EXPANDABLE_SEGMENTS_SOURCE))
     if name == "HSA_OVERRIDE_GFX_VERSION":
         out.append(Finding(name, "warning", describe(entry), None, entry.source))
     if name == "PYTORCH_ROCM_ARCH":

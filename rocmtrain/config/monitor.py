@@ -61,8 +61,18 @@ class MonitorConfig:
     sync_report_start_step: int = 10
     """``sync_report_steps``: the optimizer step to start at (after warm-up)."""
 
+    throughput_warmup_steps: int = 15
+    """Training steps (from the start of the fit) left out of the steady-state samples/s that the
+    epoch line prints and ``<run_dir>/throughput.json`` holds (compilation, CUDA-graph capture,
+    pipeline fill). Always on: the clock costs no host sync on a GPU (:mod:`rocmtrain.throughput`)."""
+
+    throughput_window_steps: int = 5
+    """Steps per throughput window; the steady rate is the median window rate."""
+
     def __post_init__(self) -> None:
         checks = {
+            "throughput_warmup_steps": self.throughput_warmup_steps >= 0,
+            "throughput_window_steps": self.throughput_window_steps >= 1,
             "sync_report_steps": self.sync_report_steps >= 0,
             "sync_report_start_step": self.sync_report_start_step >= 0,
             "interval_seconds": self.interval_seconds > 0,

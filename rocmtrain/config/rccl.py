@@ -72,7 +72,9 @@ class RcclConfig:
     ib_hca: str | None = None
     """``NCCL_IB_HCA``: which RDMA NICs, e.g. ``"mlx5_0,mlx5_1"`` or ``"=bnxt_re0"``."""
     ib_gid_index: int | None = None
-    """``NCCL_IB_GID_INDEX`` (3 on RoCE v2)."""
+    """``NCCL_IB_GID_INDEX``. Unset (None) is RCCL's default: -1 from RCCL 2.21.5 (ROCm 6.3), which
+    selects the RoCE v2 GID itself (RCCL ``src/transport/net_ib.cc``), GID 0 before. Set it when
+    ``NCCL_DEBUG=INFO`` shows a wrong pick, or on RoCE with RCCL <= 2.20."""
     ib_timeout: int | None = None
     """``NCCL_IB_TIMEOUT`` (exponent: 4.096 us * 2**value; RCCL default 18)."""
     ib_retry_cnt: int | None = None

@@ -98,6 +98,16 @@ def build_datamodule(
         factory = synthetic_factory(
             data_cfg, rows=rows, multi_hot=multi_hot, num_dense=num_dense, seed=data_seed
         )
+    elif data_cfg.kind == "criteo_multihot":
+        from rocmtrain.data.criteo_multihot import multihot_factory
+
+        factory = multihot_factory(
+            data_cfg,
+            rows=rows,
+            multi_hot=None if multi_hot_sizes is None else multi_hot,
+            num_dense=num_dense,
+            seed=data_seed,
+        )
     else:
         from rocmtrain.data.criteo import criteo_factory
 

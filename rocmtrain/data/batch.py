@@ -11,6 +11,7 @@ sample of feature ``f`` (multi-hot size; 1 for Criteo). Values are key-major::
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 
@@ -41,14 +42,26 @@ def make_batch(dense: torch.Tensor, ids: Sequence[torch.Tensor], labels: torch.T
         ids: one int64 ``[B, L[f]]`` tensor per feature (fixed multi-hot size per feature).
         labels: ``[B]`` (converted to float32).
     """
-    batch_size = dense.shape[0]
-    keys = feature_keys(len(ids))
-    sizes = [int(t.shape[1]) for t in ids]
     values = torch.cat([t.reshape(-1) for t in ids])
+    return make_batch_from_values(dense, values, [int(t.shape[1]) for t in ids], labels)
+
+
+def make_batch_from_values(
+    dense: torch.Tensor, values: torch.Tensor, sizes: Sequence[int], labels: torch.Tensor
+) -> Batch:
+    """Pack one batch whose key-major ``values`` are already concatenated (no copy of them).
+
+    Lengths are the constant ``sizes`` (``L[f]``) known on the host, so building the
+    KeyedJaggedTensor reads nothing back from ``values``.
+    """
+    batch_size = dense.shape[0]
+    keys = feature_keys(len(sizes))
     if values.dtype != torch.int64:
         values = values.to(torch.int64)
-    lengths = torch.tensor(sizes, dtype=torch.int32).repeat_interleave(batch_size)
-    length_per_key = [batch_size * size for size in sizes]
+    # from a per-device template: torch.tensor(list, device=gpu) would copy from pageable host
+    # memory, which waits for the stream (a host sync per batch)
+    lengths = _sizes_on(tuple(int(s) for s in sizes), values.device).repeat_interleave(batch_size)
+    length_per_key = [batch_size * int(size) for size in sizes]
     kjt = KeyedJaggedTensor(
         keys=keys,
         values=values,
@@ -64,14 +77,19 @@ def make_batch(dense: torch.Tensor, ids: Sequence[torch.Tensor], labels: torch.T
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _sizes_on(sizes: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    return torch.tensor(sizes, dtype=torch.int32, device=device)
+
+
 def derive_seed(*parts: int) -> int:
     """A 63-bit seed mixed from integers (data seed, split, epoch, block ...), stable across runs."""
     state = np.random.SeedSequence([int(p) & 0xFFFFFFFFFFFFFFFF for p in parts])
     return int(state.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
 
 
-def generator(*parts: int) -> torch.Generator:
-    """A CPU ``torch.Generator`` seeded with :func:`derive_seed` of ``parts``."""
-    gen = torch.Generator()
+def generator(*parts: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A ``torch.Generator`` on ``device`` seeded with :func:`derive_seed` of ``parts``."""
+    gen = torch.Generator(device=device)
     gen.manual_seed(derive_seed(*parts))
     return gen

@@ -199,7 +199,9 @@ def criteo_factory(
         train_range = (0, len(train_rows) - n_val)
         val_range = (len(train_rows) - n_val, len(train_rows)) if n_val else None
 
-    def factory(split: str, rank: int, world_size: int) -> CriteoSource | None:
+    def factory(
+        split: str, rank: int, world_size: int, device: object = None
+    ) -> CriteoSource | None:  # rows are read on the host whatever the training device
         train = split == "train"
         if not train and val_range is None:
             return None

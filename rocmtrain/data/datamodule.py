@@ -21,14 +21,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytorch_lightning as pl
+import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from rocmtrain.config.data import DataConfig
+from rocmtrain.config.data import DataConfig, auto_num_workers
 from rocmtrain.data.loader import BatchSource, EpochBatches, PositionedLoader
 
 SourceFactory = Any
-"""``factory(split, rank, world_size)`` -> this rank's :class:`BatchSource` of ``split`` or None."""
+"""``factory(split, rank, world_size, device)`` -> this rank's :class:`BatchSource` of ``split`` or
+None; ``device`` is the training device (a source may build its batches there)."""
 
 
 class RecDataModule(pl.LightningDataModule):
@@ -69,13 +71,28 @@ class RecDataModule(pl.LightningDataModule):
         """Build this rank's train and validation sources (once)."""
         if self.train_source is not None:
             return
-        self.train_source = self._factory("train", self.rank, self.world_size)
-        self.val_source = self._factory("val", self.rank, self.world_size)
+        device = self.train_device
+        self.train_source = self._factory("train", self.rank, self.world_size, device)
+        self.val_source = self._factory("val", self.rank, self.world_size, device)
+
+    @property
+    def train_device(self) -> torch.device:
+        """The device the trainer trains on (the CPU before a trainer is attached)."""
+        trainer = self.trainer
+        return trainer.strategy.root_device if trainer is not None else torch.device("cpu")
 
     def _loader_kwargs(self) -> dict[str, Any]:
-        # cached synthetic batches are pinned once by the source: do not copy them again per batch
-        pin = self.cfg.pin_memory and not (self.cfg.kind == "synthetic" and self.cfg.cache_batches)
-        return {"num_workers": self.cfg.num_workers, "pin_memory": pin}
+        """Workers and pinning: as set, or chosen from the training device and the host."""
+        gpu = self.train_device.type != "cpu"
+        on_device = getattr(self.train_source, "device", torch.device("cpu")).type != "cpu"
+        workers = self.cfg.num_workers
+        if workers is None:
+            ranks_on_node = self.trainer.num_devices if self.trainer is not None else 1
+            workers = auto_num_workers(ranks_on_node) if gpu and not on_device else 0
+        pin = self.cfg.pin_memory if self.cfg.pin_memory is not None else gpu
+        # batches made on the device need no pinning; cached ones were pinned once by the source
+        cached = self.cfg.kind == "synthetic" and self.cfg.cache_batches
+        return {"num_workers": workers, "pin_memory": bool(pin) and not on_device and not cached}
 
     def train_dataloader(self) -> PositionedLoader:
         """The training loader (one per datamodule: it carries the data position)."""

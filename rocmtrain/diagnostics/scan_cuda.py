@@ -118,13 +118,22 @@ class _ScopeNames:
         return self.cache[k]
 
 
-def _half_shuffles(code: str) -> Iterator[Hit]:
-    scope = _ScopeNames(code, rf"\b{_HALF}\s+(\w+)\s*[=;,)\[]")
-    for off, callee, args in _calls(code, r"__shfl\w*"):
-        halves = scope.at(off)
-        value = args[1] if callee.endswith("_sync") and len(args) > 1 else args[0]
-        if value in halves or re.search(rf"__float2half|__float2bfloat16|\(\s*{_HALF}\s*\)", value):
-            yield off, f"{callee}(... {value} ...)"
+# a definition of __syncwarp by the user (a shim for HIP before ROCm 7.0), not a call
+_SYNCWARP_DEF = re.compile(
+    r"^[ \t]*#[ \t]*define[ \t]+__syncwarp\b[^\n]*|\b(?:void|auto)\s+__syncwarp\s*\(", re.MULTILINE
+)
+
+
+def _syncwarp_defs(code: str) -> Iterator[Hit]:
+    for m in _SYNCWARP_DEF.finditer(code):
+        yield m.start(), m.group(0).strip()
+
+
+def _syncwarp_calls(code: str) -> Iterator[Hit]:
+    in_def = _inside([(m.start(), m.end()) for m in _SYNCWARP_DEF.finditer(code)])
+    for m in re.finditer(r"\b__syncwarp\s*\(", code):
+        if not in_def(m.start()):
+            yield m.start(), m.group(0).strip()
 
 
 def _half_atomics(code: str) -> Iterator[Hit]:
@@ -303,7 +312,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "mask-32bit",
         "error",
-        "32-bit lane mask: HIP masks are 64-bit, lanes 32-63 are dropped",
+        "32-bit lane mask: HIP's __*_sync builtins static_assert a 64-bit mask "
+        "(hip/amd_detail/amd_warp_sync_functions.h), so passing it does not compile; widened to 64 "
+        "bits by a cast it still covers only lanes 0-31 of a wave64",
         "pass 0xffffffffffffffffULL or __activemask(); keep masks in uint64_t",
         (
             rf"\b__(?:shfl\w*_sync|ballot_sync|any_sync|all_sync|match_\w+_sync|reduce_\w+_sync)"
@@ -336,17 +347,21 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "syncwarp",
-        "error",
-        "__syncwarp / independent thread scheduling do not exist in HIP",
-        "restructure: wavefront lanes run in lockstep; use __syncthreads() across warps",
-        (r"\b__syncwarp\s*\(",),
+        "info",
+        "__syncwarp() needs ROCm >= 7.0 (hip/amd_detail/amd_warp_sync_functions.h declares it from "
+        "7.0); with an older ROCm the file does not compile",
+        "build with ROCm >= 7.0, or guard the call (#if HIP_VERSION_MAJOR >= 7: wavefront lanes of "
+        "older HIP run in lockstep); do not add your own __syncwarp, it conflicts with ROCm >= 7.0",
+        finder=_syncwarp_calls,
     ),
     Rule(
-        "half-shuffle",
+        "syncwarp-shim",
         "warning",
-        "__shfl* on __half / bf16 values is unsupported in HIP",
-        "shuffle as float (__half2float) or reinterpret as short/int",
-        finder=_half_shuffles,
+        "a user-defined __syncwarp (a shim for HIP before ROCm 7.0) conflicts with the one ROCm >= 7.0 "
+        "declares in hip/amd_detail/amd_warp_sync_functions.h: redefinition error",
+        "remove the shim and require ROCm >= 7.0, or guard it with #if HIP_VERSION_MAJOR < 7 (then "
+        "suppress this finding with // rocmtrain: ignore[syncwarp-shim])",
+        finder=_syncwarp_defs,
     ),
     Rule(
         "wmma",
@@ -391,9 +406,11 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "atomic-in-loop",
         "warning",
-        "float atomics in a loop: slow, and a silent no-op on fine-grained/host memory on MI200",
-        "accumulate in registers/LDS and issue one atomic per thread; unsafeAtomicAdd on device "
-        "memory",
+        "float atomics in a loop: contended and slow (the default atomicAdd(float) is a CAS loop); "
+        "the hardware float atomics that -munsafe-fp-atomics or unsafeAtomicAdd emit are fast but "
+        "do not work on fine-grained or host memory on MI200 (gfx90a)",
+        "accumulate in registers/LDS and issue one atomic per thread; use unsafeAtomicAdd / "
+        "-munsafe-fp-atomics only on coarse-grained device memory (hipMalloc)",
         finder=_float_atomics_in_loops,
     ),
     Rule(

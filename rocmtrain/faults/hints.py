@@ -110,8 +110,10 @@ def _comm_init(m: re.Match[str], text: str) -> Hint:
         (
             "Rerun with rccl.debug=INFO rccl.debug_subsys=INIT,NET (NCCL_DEBUG/NCCL_DEBUG_SUBSYS): the "
             "'NCCL WARN' lines name the failing call, interface and peer.",
-            "Multi-node: pin the interface with rccl.socket_ifname (NCCL_SOCKET_IFNAME) and, on "
-            "RoCE, rccl.ib_gid_index=3; make sure the ports between nodes are open.",
+            "Multi-node: pin the interface with rccl.socket_ifname (NCCL_SOCKET_IFNAME); on RoCE, "
+            "RCCL >= 2.21.5 (ROCm 6.3) picks the RoCE v2 GID itself (NCCL_IB_GID_INDEX unset), so "
+            "set rccl.ib_gid_index only when the INFO log shows a wrong GID, or with an older RCCL "
+            "(default GID 0); make sure the ports between nodes are open.",
             "All nodes need the same RCCL/ROCm version and the same visible GPU count; "
             "`python -m rocmtrain doctor` checks the node, `python -m rocmtrain rccl-tests` the fabric.",
         ),
@@ -177,7 +179,8 @@ def _oom(m: re.Match[str], text: str) -> Hint:
             "Lower data.batch_size (per rank) or shard the embedding tables over more GPUs "
             "(strategy=row_wise / table_wise; the planner's storage estimate is per GPU).",
             "Fragmentation (much reserved-but-unallocated memory): PYTORCH_HIP_ALLOC_CONF="
-            "expandable_segments:True helps only with PyTorch >= ~2.11 on ROCm >= 7.0 (a no-op before).",
+            "expandable_segments:True helps only with PyTorch >= 2.12 built with ROCm >= 7.0 "
+            "(pytorch PRs #177974, #179781; a no-op before).",
             "Other processes on the GPU: `amd-smi process` / `rocm-smi --showpids`.",
             "A requeue will not fix this: change the configuration first.",
         ),

@@ -161,17 +161,19 @@ def _select(ids: list[int], spec: str | None, *, var: str) -> list[int] | None:
 def visible_physical(count: int, environ: Mapping[str, str], *, rocm: bool) -> list[int] | None:
     """Physical index of each visible device ordinal (None when a variable uses UUIDs).
 
-    ROCm: ``ROCR_VISIBLE_DEVICES`` filters first, then ``HIP_VISIBLE_DEVICES`` (or, if unset,
-    ``CUDA_VISIBLE_DEVICES``) indexes what ROCr left. CUDA: ``CUDA_VISIBLE_DEVICES``.
+    ROCm: ``ROCR_VISIBLE_DEVICES`` filters first (empty: no GPU), then ``HIP_VISIBLE_DEVICES``
+    (or, if unset or empty, ``CUDA_VISIBLE_DEVICES``) indexes what ROCr left; an empty list there
+    filters nothing (clr ``rocdevice.cpp``, ``Device::init``). CUDA: ``CUDA_VISIBLE_DEVICES``
+    (empty: no GPU).
     """
     ids: list[int] | None = list(range(count))
     if rocm:
         ids = _select(ids, environ.get("ROCR_VISIBLE_DEVICES"), var="ROCR_VISIBLE_DEVICES")
         hip_var = (
-            "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in environ else "CUDA_VISIBLE_DEVICES"
+            "HIP_VISIBLE_DEVICES" if environ.get("HIP_VISIBLE_DEVICES") else "CUDA_VISIBLE_DEVICES"
         )
-        if ids is not None:
-            ids = _select(ids, environ.get(hip_var), var=hip_var)
+        if ids is not None and environ.get(hip_var):
+            ids = _select(ids, environ[hip_var], var=hip_var)
         return ids
     return _select(ids, environ.get("CUDA_VISIBLE_DEVICES"), var="CUDA_VISIBLE_DEVICES")
 

@@ -15,6 +15,7 @@ summaries are printed on rank 0.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -35,6 +36,7 @@ from rocmtrain.models.dlrm import (
     warn_without_cuda_graphs,
 )
 from rocmtrain.progress import loggers_write
+from rocmtrain.throughput import STEADY_KEY
 
 _FLUSH_EVERY = 256
 """Per-step loss records are copied to the host in groups of this many steps."""
@@ -147,11 +149,16 @@ class DLRMModule(pl.LightningModule):
 
     def on_train_epoch_end(self) -> None:
         elapsed = max(self._t_last - self._t0, 1e-9)
+        whole = self._samples * self.trainer.world_size / elapsed
+        steady = _steady_rate(self.trainer)
         row = {
             "epoch": float(self.current_epoch),
             "train_loss": float(self.train_loss.compute()),
             "train_auc": float(self.train_auc.compute()),
-            "samples_per_s": self._samples * self.trainer.world_size / elapsed,
+            # the steady-state rate (rocmtrain.throughput: after warm-up, the benchmarks' number)
+            # when the epoch had windows; else the whole epoch's, warm-up included
+            "samples_per_s": whole if steady is None else steady,
+            "samples_per_s_epoch": whole,
             **self._last_val,
         }
         self.train_loss.reset()
@@ -193,11 +200,23 @@ class DLRMModule(pl.LightningModule):
         return dense_optimizer(list(dense.values()), self.cfg)
 
 
+def _steady_rate(trainer: pl.Trainer) -> float | None:
+    """This epoch's steady-state samples/s logged by ``ThroughputCallback`` (None: no window)."""
+    value = trainer.callback_metrics.get(STEADY_KEY)
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
 def format_epoch(row: dict[str, float], max_epochs: int | None = None) -> str:
-    """One line per epoch: ``epoch 2/3: train_loss=0.4512 train_auc=0.7801 val_loss=...``."""
-    parts = [f"{k}={v:.4f}" for k, v in row.items() if k not in ("epoch", "samples_per_s")]
+    """One line per epoch: ``epoch 2/3: train_loss=0.4512 train_auc=0.7801 val_loss=...``; the
+    rate is the steady-state one, or marked ``(whole epoch)`` when the epoch was all warm-up."""
+    rates = ("epoch", "samples_per_s", "samples_per_s_epoch")
+    parts = [f"{k}={v:.4f}" for k, v in row.items() if k not in rates]
     if "samples_per_s" in row:
-        parts.append(f"samples/s={row['samples_per_s']:,.0f}")
+        whole = row["samples_per_s"] == row.get("samples_per_s_epoch")
+        parts.append(f"samples/s={row['samples_per_s']:,.0f}" + (" (whole epoch)" if whole else ""))
     total = f"/{max_epochs}" if max_epochs and max_epochs > 0 else ""
     return f"epoch {int(row['epoch']) + 1}{total}: " + " ".join(parts)
 

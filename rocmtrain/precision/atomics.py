@@ -17,8 +17,11 @@ destination dtype (on GPU: fp16/bf16 atomics, a CAS loop where :mod:`capabilitie
 ``backend``: ``auto`` (Triton on GPU, torch on CPU), ``triton`` (on CPU needs ``TRITON_INTERPRET=1``),
 ``torch``.
 
-The Triton kernel allocates its fp32 buffer with torch (coarse-grained device memory): float atomics
-on fine-grained or host memory are silently dropped on MI200, so the kernel refuses pinned/host memory.
+The Triton kernel allocates its fp32 buffer with torch (coarse-grained device memory) and refuses
+pinned/host memory: on MI200 *hardware* float atomics (``-munsafe-fp-atomics``, ``unsafeAtomicAdd``,
+and what Triton's AMD backend has emitted) do not work on fine-grained or host memory (AMD's
+"Hardware atomics operation support" page). HIP's default ``atomicAdd(float)`` is a CAS loop and
+is not affected.
 """
 
 from __future__ import annotations
@@ -112,8 +115,9 @@ def _warn_native(dtype: torch.dtype, device: torch.device) -> None:
 def _check_device_memory(t: torch.Tensor) -> None:
     if t.device.type == "cpu" and t.is_pinned():
         raise ValueError(
-            "atomic accumulation into pinned host memory: float atomics on fine-grained/host memory "
-            "are a silent no-op on MI200. Accumulate into a device tensor and copy afterwards"
+            "atomic accumulation into pinned host memory: the Triton kernel's hardware (unsafe) "
+            "float atomics do not work on fine-grained/host memory on MI200. Accumulate into a "
+            "device tensor and copy afterwards"
         )
 
 
@@ -138,7 +142,7 @@ if triton is not None:
         dst = tl.load(idx_ptr + rows, mask=rmask, other=0).to(tl.int64)
         src_off = rows.to(tl.int64)[:, None] * src_stride + cols[None, :]
         vals = tl.load(src_ptr + src_off, mask=mask, other=0.0).to(tl.float32) * alpha
-        # relaxed: no ordering needed between adds; the default acq_rel flushes caches per op on AMD.
+        # relaxed: the adds need no ordering among themselves (the default is acq_rel).
         tl.atomic_add(acc_ptr + dst[:, None] * dim + cols[None, :], vals, mask=mask, sem="relaxed")
 
 

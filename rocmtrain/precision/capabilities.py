@@ -33,8 +33,13 @@ class ArchCapabilities:
     atomic_add: dict[str, str] = field(default_factory=dict)
     """dtype (``fp32``, ``fp16``, ``bf16``) → ``native`` | ``cas`` | ``none``."""
     fine_grained_float_atomics: bool = True
-    """False where float atomics on fine-grained / host-coherent memory are a silent no-op (MI200):
-    never point an atomic kernel at pinned host or ``hipMallocManaged`` fine-grained memory there."""
+    """False where *hardware* float atomics (what ``-munsafe-fp-atomics`` and ``unsafeAtomicAdd``
+    emit) do not work on fine-grained / host-coherent memory (MI200; AMD's "Hardware atomics
+    operation support" page, rocm.docs.amd.com/en/latest/reference/gpu-atomics-operation.html).
+    HIP's default ``atomicAdd(float)`` is a CAS loop and works there; the guard stays because
+    Triton's AMD backend has emitted hardware atomics (the ROCm Triton fork's HSACOTranslation.cpp
+    marks every kernel ``amdgpu-unsafe-fp-atomics``), so never point an atomic kernel at pinned
+    host or ``hipMallocManaged`` fine-grained memory there."""
     xf32: bool = False
     """Reduced-precision fp32 GEMMs exist (NVIDIA TF32, AMD gfx942 XF32, gfx950 TF32 emulated with bf16
     MFMAs in hipBLASLt): ``allow_tf32`` changes results there and is a no-op elsewhere."""
@@ -72,8 +77,9 @@ TABLE: dict[str, ArchCapabilities] = {
         reduced_precision_reduction_flags=_AMD_NO_RPR,
         fp16_mfma_flushes_denormals=True,
         min_rocm=(4, 5),
-        notes="MI200: fp32 and packed-fp16 atomic add in L2, no bf16; float atomics on "
-        "fine-grained/host memory are silently dropped; no XF32 (TF32 flags are no-ops).",
+        notes="MI200: fp32 and packed-fp16 atomic add in L2, no bf16; hardware (unsafe) float "
+        "atomics do not work on fine-grained/host memory (default atomicAdd(float) is a CAS loop "
+        "and does); no XF32 (TF32 flags are no-ops).",
     ),
     "gfx942": ArchCapabilities(
         "gfx942",
@@ -171,4 +177,4 @@ def current_capabilities(device: int = 0) -> ArchCapabilities:
     info = platform.device_info(device)
     if info.backend == "cpu":
         return TABLE["cpu"]
-    return capabilities_for(info.arch, rocm_version=platform.hip_version())
+    return capabilities_for(info.arch, rocm_version=platform.rocm_version())

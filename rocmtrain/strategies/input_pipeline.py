@@ -33,6 +33,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import queue
+import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -176,10 +179,16 @@ class InputPipeline:
         device: the training device; on a GPU the copy and the input dist use two side streams.
     """
 
+    depth = 2
+    """Batches fetched and copied ahead of the one being trained on."""
+
     def __init__(self, model: nn.Module, device: torch.device) -> None:
         self.device = device
         gpu = device.type == "cuda"
         self._copy_stream = torch.cuda.Stream(device, priority=-1) if gpu else None
+        self.background = gpu
+        """Load in a background thread (GPUs: the training thread only launches work; on CPU
+        ranks the loader would compete with the step for the same cores)."""
         self._dist_stream = torch.cuda.Stream(device, priority=-1) if gpu else None
         self._modules = dict(top_level_sharded_modules(model))
         self._original: dict[str, Any] = {}
@@ -230,6 +239,10 @@ class InputPipeline:
 
     def stage(self, batch: Any) -> Any:
         """Copy ``batch`` to the device (side stream) and queue it for its training step."""
+        return self.enqueue(self.prepare(batch))
+
+    def prepare(self, batch: Any) -> _Staged:
+        """Issue ``batch``'s copy to the device on the copy stream (safe from any thread)."""
         with _on(self._copy_stream):
             batch = _to_device(batch, self.device)
         staged = _Staged(batch)
@@ -237,8 +250,20 @@ class InputPipeline:
             # waiters wait for THIS batch's copy, not for the later batches staged behind it
             staged.copied = torch.cuda.Event()
             staged.copied.record(self._copy_stream)
+        return staged
+
+    def enqueue(self, staged: _Staged) -> Any:
+        """Queue a prepared batch for its training step (the training thread, in batch order)."""
         self._queue.append(staged)
-        return batch
+        return staged.batch
+
+    def next_batches(self, loader: Iterable) -> Iterator[_Staged]:
+        """``loader``'s batches, prepared: by a background thread when :attr:`background` (the
+        loader's own work, pinning and the copy's issue leave the training thread), else in
+        line."""
+        if not self.background:
+            return (self.prepare(batch) for batch in loader)
+        return _background(loader, self, self.depth)
 
     # -- the step side ---------------------------------------------------------------------------
     def before_step(self) -> None:
@@ -344,30 +369,163 @@ class InputPipeline:
         return module.compute_and_output_dist(d.ctx, d.data)  # streams synced in before_step
 
 
+@dataclasses.dataclass
+class _Failed:
+    error: BaseException
+
+
+_END = object()
+
+
+def _background(loader: Iterable, pipeline: InputPipeline, depth: int) -> Iterator[_Staged]:
+    """``pipeline.prepare``d batches of ``loader``, made by a daemon thread at most ``depth``
+    ahead. The loader runs on the copy stream there, so batches a loader builds on the device
+    are covered by the copy event the consumers wait for. A loader error is raised here, in the
+    training thread; closing this generator stops the thread at its next batch."""
+    out: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            if pipeline.device.type == "cuda":
+                torch.cuda.set_device(pipeline.device)  # the current device is per thread
+            with _on(pipeline._copy_stream):
+                for batch in loader:
+                    if not put(pipeline.prepare(batch)):
+                        return
+            put(_END)
+        except BaseException as error:  # noqa: BLE001  (re-raised in the training thread)
+            put(_Failed(error))
+
+    thread = threading.Thread(target=produce, name="rocmtrain-input", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = out.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failed):
+                raise item.error
+            yield item
+    finally:
+        stop.set()
+
+
+class InputStallReport:
+    """Says once, in one line, when training waits for its input: after ``warmup`` steps, over
+    windows of ``window`` steps, the time the training loop waited for its next batch against the
+    time between batches. A loader that keeps up costs nothing here (the wait is a queue pop)."""
+
+    warmup = 20
+    window = 50
+    threshold = 0.10
+    """Report when the wait is more than this share of the step."""
+
+    def __init__(self, num_workers: int | None) -> None:
+        self.num_workers = num_workers
+        self.steps = 0
+        self.reported: str | None = None
+        self._wait = 0.0
+        self._start: float | None = None
+        self._in_window = 0
+
+    def waited(self, seconds: float) -> None:
+        if self._start is not None:
+            self._wait += seconds
+
+    def step(self) -> None:
+        """A batch was handed to the training loop."""
+        self.steps += 1
+        if self.steps < self.warmup:
+            return
+        now = time.perf_counter()
+        if self._start is None:
+            self._start, self._wait, self._in_window = now, 0.0, 0
+            return
+        self._in_window += 1
+        if self._in_window < self.window:
+            return
+        self.check(self._wait / self._in_window, (now - self._start) / self._in_window)
+        self._start, self._wait, self._in_window = now, 0.0, 0
+
+    def check(self, wait_s: float, step_s: float) -> None:
+        """Report (once) if waiting ``wait_s`` per ``step_s`` step means the loader is slow."""
+        if self.reported is not None or step_s <= 0 or wait_s / step_s <= self.threshold:
+            return
+        if self.num_workers:
+            fix = (
+                f"give the loader more worker processes (now {self.num_workers}; rocmtrain "
+                "recipes: data.num_workers=N, your own DataLoader: num_workers=N) or, for "
+                "synthetic data, generate on the GPU (data.generate_on=device)"
+            )
+        else:
+            fix = (
+                "build batches in loader processes (rocmtrain recipes: data.num_workers=N, your "
+                "own DataLoader: num_workers=N) or, for synthetic data, on the GPU "
+                "(data.generate_on=device)"
+            )
+        self.reported = (
+            f"input pipeline: training waited {wait_s * 1e3:.1f} ms per step for its next batch "
+            f"({wait_s / step_s:.0%} of a {step_s * 1e3:.1f} ms step): the data loader is the "
+            f"bottleneck; {fix}"
+        )
+        log.warning(self.reported)
+
+
 class PipelinedLoader:
     """A training dataloader whose batches the :class:`InputPipeline` stages ``depth`` ahead.
 
     Lightning fetches a batch only when its step starts (it prefetches nothing from a loader with a
     length), so the loader itself runs ahead: when batch k is handed out, batches k+1 .. k+depth
     are already fetched and their host-to-device copies issued, and during step k the input dist
-    of k+1 runs (TorchRec's schedule: the copy of i+2, the input dist of i+1). Everything else
-    (``len``, ``sampler``, ``dataset``, ``state_dict`` ...) is the wrapped loader's.
+    of k+1 runs (TorchRec's schedule: the copy of i+2, the input dist of i+1). On a GPU a
+    background thread pulls from the wrapped loader, so what the loader costs on the host (a
+    ``pin_memory=True`` copy, building batches without workers, a pageable copy) overlaps
+    training instead of adding to each step. The wait for each batch is measured and reported
+    once when the loader is the bottleneck (:class:`InputStallReport`). Everything else (``len``,
+    ``sampler``, ``dataset``, ``state_dict`` ...) is the wrapped loader's.
     """
 
-    def __init__(self, loader: Iterable, pipeline: InputPipeline, depth: int = 2) -> None:
+    def __init__(self, loader: Iterable, pipeline: InputPipeline, depth: int | None = None) -> None:
         self.loader = loader
         self.pipeline = pipeline
-        self.depth = depth
+        self.depth = depth if depth is not None else pipeline.depth
+        self.stalls = InputStallReport(getattr(loader, "num_workers", None))
 
     def __iter__(self) -> Iterator[Any]:
         self.pipeline.reset()
+        batches = self.pipeline.next_batches(self.loader)
+        # in line, the wait is the loader's own work on the training thread: nothing to overlap
+        stalls = self.stalls if self.pipeline.background else None
         ahead: deque[Any] = deque()
-        for batch in self.loader:
-            ahead.append(self.pipeline.stage(batch))
-            if len(ahead) > self.depth:
+        try:
+            while True:
+                started = time.perf_counter()
+                staged = next(batches, None)
+                if stalls is not None:
+                    stalls.waited(time.perf_counter() - started)
+                if staged is None:
+                    break
+                ahead.append(self.pipeline.enqueue(staged))
+                if len(ahead) > self.depth:
+                    if stalls is not None:
+                        stalls.step()
+                    yield ahead.popleft()
+            while ahead:
                 yield ahead.popleft()
-        while ahead:
-            yield ahead.popleft()
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()  # stops the background thread of an epoch left early
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]

@@ -630,7 +630,8 @@ def env_info(dev) -> dict:
         "device": info.name if info else platform.processor() or "cpu",
         "arch": info.arch if info else None,
         "torch": torch.__version__,
-        "triton": package_version("triton") or package_version("pytorch-triton-rocm"),
+        "triton": package_version("triton-rocm") or package_version("pytorch-triton-rocm")
+        or package_version("triton"),
         "fbgemm_gpu": package_version("fbgemm-gpu") or package_version("fbgemm-gpu-cpu")
         or package_version("fbgemm_gpu"),
     }  # fmt: skip

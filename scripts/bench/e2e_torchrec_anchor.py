@@ -30,7 +30,7 @@ import statistics
 
 import torch
 import torch.distributed as dist
-from e2e_throughput import WindowClock  # same folder (run as a script)
+from rocmtrain.throughput import WindowClock
 
 MLPERF_MULTI_HOT = [
     3,
@@ -117,6 +117,21 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--val-batches", type=int, default=4, help="validation batches (--fresh-epochs)")
     p.add_argument("--workers", type=int, default=8, help="DataLoader workers (--fresh-epochs)")
+    p.add_argument(
+        "--generate-on",
+        choices=("cpu", "device"),
+        default="cpu",
+        help="--fresh-epochs: where the planted batches are made (device = on the GPU in the "
+        "training process, the samples rocmtrain's recipe trains on with its default "
+        "data.generate_on=auto; cpu = in --workers DataLoader workers)",
+    )
+    p.add_argument(
+        "--feed",
+        choices=("staged", "loader"),
+        default="staged",
+        help="throughput run: staged = --n-batches pinned batches cycled; loader = an ordinary "
+        "DataLoader(pin_memory=True) of new CPU copies of them every step (e2e_feed.py)",
+    )
     p.add_argument("--tf32", action="store_true", help="allow TF32 matmuls")
     p.add_argument("--lr", type=float, default=0.005)
     p.add_argument("--n-batches", type=int, default=4, help="distinct host batches to cycle")
@@ -204,7 +219,9 @@ def planted_source(
     factory = synthetic_factory(
         cfg, rows=rows, multi_hot=MLPERF_MULTI_HOT, num_dense=13, seed=args.seed
     )
-    return factory(split, rank, world)
+    on_device = getattr(args, "generate_on", "cpu") == "device" and not args.cpu
+    return factory(split, rank, world, torch.device("cuda", torch.cuda.current_device())
+                   if on_device else None)  # fmt: skip
 
 
 def planted_batches(n: int, batch: int, rows: list[int], *, args, rank: int, world: int):
@@ -419,12 +436,13 @@ def main() -> None:
         val_source = planted_source(
             "val", args.val_batches, batch, rows, args=args, rank=rank, world=world
         )
+        on_device = args.generate_on == "device" and not args.cpu
         for epoch in range(args.fresh_epochs):
             loader = torch.utils.data.DataLoader(
                 _EpochBlocks(source, epoch, args.steps),
                 batch_size=None,
-                num_workers=args.workers,
-                pin_memory=not args.cpu,
+                num_workers=0 if on_device else args.workers,
+                pin_memory=not args.cpu and not on_device,
                 persistent_workers=False,
             )
             train(iter(loader), None)
@@ -447,7 +465,13 @@ def main() -> None:
             while True:
                 yield from batches
 
-        train(cycle(), args.warmup + args.steps)
+        if args.feed == "loader":  # what a user's loader costs: new CPU batches every step
+            from e2e_feed import ordinary_loader
+
+            loader = ordinary_loader(batches, args.warmup + args.steps, pin_memory=not args.cpu)
+            train(iter(loader), args.warmup + args.steps)
+        else:
+            train(cycle(), args.warmup + args.steps)
     if prof is not None:  # a run shorter than the window: flush what was recorded
         prof.stop()
     step_ms = [clock.seconds(a, b) * 1e3 / n for a, b, n in windows]
@@ -463,6 +487,8 @@ def main() -> None:
         "compile": args.compile,
         "rows_cap": args.rows_cap,
         "data": "planted_fresh" if args.fresh_epochs else args.data,
+        "feed": None if args.fresh_epochs else args.feed,
+        "generate_on": args.generate_on if args.fresh_epochs else None,
         "median_step_ms": med,
         "samples_per_s": batch * world / (med / 1e3) if step_ms else None,
         "median_step_ms_windows": len(step_ms),

@@ -1,6 +1,6 @@
 """Where a training step's host time goes: a py-spy recording cut to the steady-state steps.
 
-    python scripts/bench/host_profile.py --out DIR -- python scripts/bench/e2e_rocmtrain_run.py ...
+    python scripts/bench/host_profile.py --out DIR -- python -m rocmtrain recipe=dlrm_dcnv2_h200 ...
     python scripts/bench/host_profile.py --raw DIR/pyspy.txt        # summarise a recording again
 
 When the GPU step is short, the host's time per step decides the rate (BENCHMARKS.md: 17-24 ms

@@ -10,7 +10,7 @@ fused into the backward (``apply_optimizer_in_backward``), dense Adagrad from
 
 MLPerf DLRM-DCNv2 shapes (26 tables D=128, multi-hot, rows capped at --rows-cap), B=65536.
 ``--compile`` compiles the DCN cross net in place (``crossnet.compile()``, what the tuned plain
-TorchRec anchor does). Throughput: ``ThroughputCallback`` (scripts/bench/e2e_throughput.py) writes
+TorchRec anchor does). Throughput: ``ThroughputCallback`` (rocmtrain/throughput.py) writes
 ``<run-dir>/throughput.json`` (median samples/s over synced windows after --warmup steps, peak
 memory), the file ``e2e_summary.py`` reads, and the last line printed is
 ``samples/s <rate> step_ms <ms> peak_gib <GiB>``.
@@ -18,7 +18,8 @@ memory), the file ``e2e_summary.py`` reads, and the last line printed is
 Data (--data planted, default): the anchor's batches (rocmtrain.data's planted-signal generator,
 the only other rocmtrain code used, as in e2e_torchrec_anchor.py), so the two are compared on the
 same ids; --data uniform: the script's own uniform ids and random labels. --n-batches distinct
-batches are made once (pinned) and cycled.
+batches are made once; --feed staged (default) pins them once and cycles them, --feed loader
+feeds new CPU copies of them through an ordinary ``DataLoader(pin_memory=True)`` every step.
 
     python scripts/bench/swapin_user_module.py --out-dir /tmp/swapin [--compile]
     python scripts/bench/swapin_user_module.py --cpu-smoke --out-dir /tmp/swapin_smoke
@@ -44,7 +45,9 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 import rocmtrain  # noqa: F401  (registers strategy="torchrec")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from e2e_throughput import ThroughputCallback  # noqa: E402
+from e2e_feed import ordinary_loader  # noqa: E402
+
+from rocmtrain.throughput import ThroughputCallback  # noqa: E402
 
 MULTI_HOT = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
 ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10,
@@ -150,6 +153,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--data", choices=("planted", "uniform"), default="planted")
     p.add_argument(
+        "--feed",
+        choices=("staged", "loader"),
+        default="staged",
+        help="staged: --n-batches batches pinned once and cycled; loader: an ordinary "
+        "DataLoader(pin_memory=True) yielding new CPU copies of them every step (e2e_feed.py)",
+    )
+    p.add_argument("--no-pin", action="store_true", help="--feed loader with pin_memory=False")
+    p.add_argument(
+        "--feeds",
+        default=None,
+        help="several feeds in one process, e.g. loader,staged: each round fits a new module "
+        "and Trainer per feed; results in OUT_DIR/<feed>_r<k>/throughput.json",
+    )
+    p.add_argument("--rounds", type=int, default=1, help="interleaved rounds of --feeds")
+    p.add_argument(
         "--sync-report",
         action="store_true",
         help="record the host-device syncs of steps 9-12 (inside the warm-up) to "
@@ -164,22 +182,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu_smoke:
         args.batch_size, args.rows_cap, args.dim = 256, 2000, 16
         args.steps, args.warmup, args.sync_every, args.n_batches = 4, 2, 2, 2
-    pl.seed_everything(args.seed, verbose=False)
     rows = [min(r, args.rows_cap) for r in ROWS]
     make = planted_batches if args.data == "planted" else uniform_batches
     batches = make(args.n_batches, args.batch_size, rows, args.seed)
     gpu = not args.cpu_smoke
-    if gpu:
-        batches = [b.pin_memory() for b in batches]
+    staged = [b.pin_memory() for b in batches] if gpu else batches
+    feeds = args.feeds.split(",") if args.feeds else [args.feed]
+    for feed in feeds:
+        if feed not in ("staged", "loader"):
+            p.error(f"--feeds {args.feeds}: each feed is staged or loader")
+    one = args.rounds == 1 and len(feeds) == 1
+    for k in range(1, args.rounds + 1):
+        for feed in feeds:  # interleaved: round k of every feed before round k + 1
+            out = Path(args.out_dir) if one else Path(args.out_dir) / f"{feed}_r{k}"
+            fit_once(args, rows, staged if feed == "staged" else batches, feed, out, gpu)
+    return 0
+
+
+def fit_once(args, rows, batches, feed: str, out_dir: Path, gpu: bool) -> dict:
+    """One fit of a new module and Trainer fed ``feed``; ``out_dir/throughput.json``."""
+    pl.seed_everything(args.seed, verbose=False)
     module = DLRMDCNv2(rows, args.dim, args.cpu_smoke, args.lr, args.compile)
-    throughput = ThroughputCallback(
-        args.out_dir, warmup_steps=args.warmup, sync_every=args.sync_every
-    )
+    throughput = ThroughputCallback(out_dir, warmup_steps=args.warmup, sync_every=args.sync_every)
     callbacks: list[pl.Callback] = [throughput]
     if args.sync_report:
         from rocmtrain.diagnostics.syncs import SyncReportCallback
 
-        callbacks.append(SyncReportCallback(Path(args.out_dir), start_step=9, steps=4))
+        callbacks.append(SyncReportCallback(out_dir, start_step=9, steps=4))
     trainer = pl.Trainer(
         strategy="torchrec",
         accelerator="gpu" if gpu else "cpu",
@@ -193,15 +222,22 @@ def main(argv: list[str] | None = None) -> int:
         enable_model_summary=False,
         callbacks=callbacks,
     )
-    loader = DataLoader(Cycled(batches, args.warmup + args.steps), batch_size=None)
+    steps = args.warmup + args.steps
+    if feed == "loader":  # an ordinary DataLoader, new CPU batches every step
+        loader = ordinary_loader(batches, steps, pin_memory=not args.no_pin and gpu)
+    else:  # pre-staged: a few batches pinned once and cycled
+        loader = DataLoader(Cycled(batches, steps), batch_size=None)
     trainer.fit(module, loader)
     doc = throughput.summary(trainer, module)
     if trainer.is_global_zero:
         peak = max(doc["peak_mem_alloc_gib_per_rank"] or [0.0])
         rate, step_ms = doc["samples_per_s"], doc["step_ms_median"]
-        print(f"samples/s {rate or float('nan'):.0f} step_ms {step_ms or float('nan'):.2f} "
-              f"peak_gib {peak:.2f}")  # fmt: skip
-    return 0
+        print(f"{feed} {out_dir.name}: samples/s {rate or float('nan'):.0f} "
+              f"step_ms {step_ms or float('nan'):.2f} peak_gib {peak:.2f}", flush=True)  # fmt: skip
+    del trainer, module
+    if gpu:
+        torch.cuda.empty_cache()  # the next fit allocates its tables anew
+    return doc
 
 
 if __name__ == "__main__":

@@ -82,12 +82,12 @@ def _stage_rows(work: Path) -> list[dict]:
 @pytest.mark.slow
 def test_bench_continue_runs_what_the_budget_skipped_and_keeps_what_ran(tmp_path):
     work, out = tmp_path / "work", tmp_path / "out"
-    only = ("--only", "anchor_1gpu_bf16")
+    only = ("--only", "anchor_1gpu_bf16_loader")
     # a budget too small for any stage: the stage is listed as skipped, nothing runs
     first = _bench("--out", str(out), "--work", str(work), "--budget-s", "20", *only)
     assert first.returncode == 0, first.stderr
     assert [(r["name"], r["status"]) for r in _stage_rows(work)] == [
-        ("anchor_1gpu_bf16", "skipped")
+        ("anchor_1gpu_bf16_loader", "skipped")
     ]
 
     second = _bench(
@@ -95,8 +95,8 @@ def test_bench_continue_runs_what_the_budget_skipped_and_keeps_what_ran(tmp_path
     )
     assert second.returncode == 0, second.stderr
     rows = _stage_rows(work)
-    log = work / "logs" / "anchor_1gpu_bf16.log"
-    assert [(r["name"], r["status"]) for r in rows] == [("anchor_1gpu_bf16", "ok")], (
+    log = work / "logs" / "anchor_1gpu_bf16_loader.log"
+    assert [(r["name"], r["status"]) for r in rows] == [("anchor_1gpu_bf16_loader", "ok")], (
         log.read_text()[-2000:] if log.is_file() else second.stdout
     )
     assert json.loads(Path(rows[0]["result"]).read_text())["median_step_ms_windows"] > 0
@@ -104,9 +104,9 @@ def test_bench_continue_runs_what_the_budget_skipped_and_keeps_what_ran(tmp_path
     # a third invocation finds the stage done: it runs nothing and keeps the row
     third = _bench("--out", str(out), "--work", str(work), "--continue", "--budget-s", "300", *only)
     assert third.returncode == 0, third.stderr
-    assert "start anchor_1gpu_bf16" not in third.stdout
+    assert "start anchor_1gpu_bf16_loader" not in third.stdout
     assert _stage_rows(work) == rows
-    assert "anchor_1gpu_bf16" in (out / "e2e" / "summary.md").read_text()
+    assert "anchor_1gpu_bf16_loader" in (out / "e2e" / "summary.md").read_text()
 
 
 def test_bench_continue_needs_the_work_dir_of_an_earlier_run(tmp_path):

@@ -78,3 +78,11 @@ def test_preset_comments_do_not_claim_an_mi300_heuristic(path: Path) -> None:
     text = path.read_text()
     assert "MI300 heuristic" not in text and "on MI300 it picks" not in text
     assert "32 with fewer than 8" not in text
+
+
+def test_roce_preset_leaves_the_gid_index_to_rccl() -> None:
+    """RCCL >= 2.21.5 picks the RoCE v2 GID itself (NCCL_IB_GID_INDEX default -1): the preset must
+    not force a site's index on everyone."""
+    planned = _planned(REPO / "configs" / "rccl" / "multinode_roce.yaml")
+    assert planned["NCCL_SOCKET_IFNAME"] == "^lo,docker"  # the preset itself was planned
+    assert "NCCL_IB_GID_INDEX" not in planned

@@ -213,3 +213,39 @@ def test_cumem_thor2_claim_is_unverified() -> None:
     entry = registry.lookup("NCCL_CUMEM_ENABLE")
     assert not entry.verified and "unverified" in entry.note
     assert registry.valid_for_arch("NCCL_CUMEM_ENABLE", "gfx942") is not None
+
+
+@pytest.mark.parametrize(
+    ("torch", "rocm", "problem"),
+    [
+        ("2.11.0+rocm7.2", None, "PyTorch >= 2.12"),
+        ("2.12.0+rocm7.2", None, None),
+        ("2.12.0", "6.4", "ROCm >= 7.0"),
+        ("2.13.0+rocm7.2", None, None),
+    ],
+)
+def test_expandable_segments_is_gated_on_torch_2_12_and_rocm_7(torch, rocm, problem) -> None:
+    """PyTorch honours expandable_segments on ROCm from 2.12 with ROCm >= 7.0 (PRs #177974,
+    #179781); before, the setting is accepted and does nothing."""
+    env = {"PYTORCH_HIP_ALLOC_CONF": "max_split_size_mb:512,expandable_segments:True"}
+    found = check_environment(env, versions=_v(torch=torch, rocm=rocm), rocm=True)
+    msgs = [f.message for f in found if f.name == "PYTORCH_HIP_ALLOC_CONF"]
+    if problem is None:
+        assert msgs == []
+    else:
+        assert len(msgs) == 1 and problem in msgs[0] and "ignores it" in msgs[0]
+        assert "177974" in found[0].source
+    # not asked for, or on NVIDIA: nothing to say
+    off = {"PYTORCH_HIP_ALLOC_CONF": "expandable_segments:False"}
+    assert check_environment(off, versions=_v(torch="2.11.0+rocm7.2"), rocm=True) == []
+    assert check_environment(env, versions=_v(torch="2.11.0"), rocm=False) == []
+
+
+def test_xnack_and_gid_notes_name_the_default_and_its_source() -> None:
+    """HSA_XNACK unset leaves the driver's mode (amdgpu noretry=-1 auto); NCCL_IB_GID_INDEX
+    defaults to -1 (auto) from RCCL 2.21.5 and 0 before: neither note claims a fixed default."""
+    xnack = registry.lookup("HSA_XNACK")
+    assert "off by default" not in xnack.note and "driver's mode" in xnack.note
+    assert "amdgpu_drv.c" in xnack.source
+    gid = registry.lookup("NCCL_IB_GID_INDEX")
+    assert "2.21.5" in gid.note and "net_ib.cc" in gid.source

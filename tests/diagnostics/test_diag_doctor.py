@@ -149,6 +149,37 @@ def test_slurm_sanity(tmp_path: Path, fixtures_dir: Path) -> None:
     assert vis.status == "warn"
 
 
+@pytest.mark.parametrize(
+    ("environ", "status"),
+    [
+        ({"HIP_VISIBLE_DEVICES": ""}, "ok"),  # HIP ignores it: falls back to CUDA_VISIBLE_DEVICES
+        ({"CUDA_VISIBLE_DEVICES": ""}, "ok"),  # HIP applies no filter for an empty list
+        ({"HIP_VISIBLE_DEVICES": "", "CUDA_VISIBLE_DEVICES": ""}, "ok"),
+        ({"ROCR_VISIBLE_DEVICES": ""}, "warn"),  # ROCr then exposes no GPU
+        ({"ROCR_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "0"}, "warn"),
+    ],
+)
+def test_empty_visible_devices_on_rocm(
+    tmp_path: Path, fixtures_dir: Path, environ: dict, status: str
+) -> None:
+    """On the recorded MI300X node only an empty ROCR_VISIBLE_DEVICES hides the GPUs."""
+    facts, checks = run_checks(_inputs(tmp_path, fixtures_dir, environ=environ))
+    assert facts.amd
+    c = _by_name(checks)["cluster.visible_devices"]
+    assert c.status == status, c
+    assert ("hides every GPU" in c.fix) == (status == "warn")
+    if status == "ok":
+        assert "no GPU is hidden" in c.evidence
+
+
+def test_empty_cuda_visible_devices_on_nvidia_hides_gpus(tmp_path: Path) -> None:
+    from rocmtrain.diagnostics.checks.system import check_visible_devices
+
+    nvidia = GpuFacts("cuda", [], [], None, {}, [])
+    c = check_visible_devices(nvidia, Inputs(environ={"CUDA_VISIBLE_DEVICES": ""}))
+    assert c.status == "warn" and "empty CUDA_VISIBLE_DEVICES hides every GPU" in c.fix
+
+
 def test_memory_headroom(tmp_path: Path, fixtures_dir: Path) -> None:
     devs = parse("rocminfo", (fixtures_dir / "rocm_smi/mi300x_x4_rocminfo.txt").read_text()).devices
     total = devs[0].vram_total_bytes
@@ -191,7 +222,12 @@ def test_compat_table_rows_from_rocm_facts() -> None:
         (2, 11, 0), hip_v=(7, 2), fbgemm=("fbgemm-gpu", "1.6.0"), torchrec="1.6.1", archs=["gfx90a"]
     )
     assert r["versions.torch_rocm"] == "ok" and r["versions.torchrec"] == "ok"
-    assert r["versions.fbgemm_gpu"] == "warn"  # FBGEMM 1.6 is released for ROCm 7.0/7.1
+    # FBGEMM's docs say 1.6 is for ROCm 7.0/7.1, its release pipeline built 7.1/7.2: not warned on
+    assert r["versions.fbgemm_gpu"] == "ok"
+    r = st(
+        (2, 10, 0), hip_v=(7, 2), fbgemm=("fbgemm-gpu", "1.5.0"), torchrec="1.5.0", archs=["gfx90a"]
+    )
+    assert r["versions.fbgemm_gpu"] == "warn"  # 1.5 is published for ROCm 7.0/7.1 only
     r = st((2, 13, 0), hip_v=(7, 1), fbgemm=("fbgemm-gpu", "1.6.0"), torchrec="1.8.0", archs=[])
     assert set(r.values()) == {"warn"}
     r = st((2, 6, 0), hip_v=(6, 2, 4), fbgemm=None, torchrec=None, archs=[])

@@ -68,8 +68,9 @@ def test_json_format_and_exit_codes(capsys) -> None:
     assert main([str(CORPUS / "clean_wave64.hip"), "--fail-on", "info", "--no-hipify"]) == 0
     assert main([smem, "--fail-on", "none", "--no-hipify"]) == 0
     capsys.readouterr()
-    assert main([str(CORPUS / "suppressed.cuh"), "--fail-on", "error", "--no-hipify"]) == 1
-    assert "1 finding(s): 1 error" in capsys.readouterr().out
+    assert main([str(CORPUS / "suppressed.cuh"), "--fail-on", "error", "--no-hipify"]) == 0
+    assert main([str(CORPUS / "suppressed.cuh"), "--fail-on", "info", "--no-hipify"]) == 1
+    assert "1 finding(s): 0 error, 0 warning, 1 info" in capsys.readouterr().out
     assert main([str(CORPUS / "triton_traps.py"), "--fail-on", "error"]) == 1
     assert main([str(CORPUS / "clean_triton.py"), str(CORPUS / "clean_comments_strings.cu")]) == 0
     assert main([str(CORPUS / "no_such_dir")]) == 2
@@ -106,6 +107,43 @@ def hip_files(hip: dict) -> list[str]:
     return [f["file"] for f in hip["files"]]
 
 
+def test_rocm_7_constructs_are_no_error() -> None:
+    """__syncwarp() exists from ROCm 7.0 (amd_warp_sync_functions.h): at most an info. HIP has
+    __shfl* overloads for __half/__half2 (amd_hip_fp16.h) and __shfl_*_sync for __hip_bfloat16
+    (amd_hip_bf16.h): no finding."""
+    src = (
+        "__global__ void k(__half* x, __hip_bfloat16* y) {\n"
+        "  __half h = x[threadIdx.x];\n"
+        "  __half2 h2 = __halves2half2(h, h);\n"
+        "  __hip_bfloat16 b = y[threadIdx.x];\n"
+        "  h = __shfl_xor(h, 1);\n"
+        "  h2 = __shfl_down(h2, 2);\n"
+        "  b = __shfl_sync(0xffffffffffffffffULL, b, 0);\n"
+        "  __syncwarp();\n"
+        "  x[threadIdx.x] = h;\n"
+        "}\n"
+    )
+    found = scan_source("k.hip", src)
+    assert [(f.line, f.rule, f.severity) for f in found] == [(8, "syncwarp", "info")]
+    assert "ROCm >= 7.0" in found[0].why
+
+
+def test_mask_32bit_says_it_does_not_compile() -> None:
+    (f,) = scan_source(
+        "m.cu", "__device__ int f(int v) { return __shfl_sync(0xffffffff, v, 0); }\n"
+    )
+    assert f.rule == "mask-32bit" and f.severity == "error"
+    assert "static_assert" in f.why and "does not compile" in f.why
+
+
+def test_triton_acq_rel_loop_is_info_without_an_unsourced_cost() -> None:
+    """Triton's default sem is acq_rel; what it costs on AMD is unmeasured, so the rule informs."""
+    src = (CORPUS / "triton_traps.py").read_text()
+    hits = [f for f in scan_source("t.py", src) if f.rule == "triton-atomic-acq-rel-loop"]
+    assert len(hits) == 2 and {f.severity for f in hits} == {"info"}
+    assert "flush" not in hits[0].why and "unmeasured" in hits[0].why
+
+
 KERNEL = """
 __global__ void k{i}(float* out, const __half* h, int n) {{
   __half v = h[threadIdx.x];
@@ -118,24 +156,24 @@ __global__ void k{i}(float* out, const __half* h, int n) {{
 
 
 def test_scan_time_grows_with_the_file_not_with_its_square(tmp_path: Path) -> None:
-    """Half a megabyte of kernels inside one namespace (one top-level scope around every call, as
+    """Three quarters of a megabyte of kernels inside one namespace (one top-level scope around every call, as
     in most real CUDA sources) is scanned in seconds: each rule reads a scope once, not once per
     call it holds. Run as the real command, so a quadratic scan fails on the timeout."""
     import subprocess
     import sys
 
-    n = 2000
+    n = 3000
     src = tmp_path / "ops.cu"
     src.write_text("namespace ops {\n" + "".join(KERNEL.format(i=i) for i in range(n)) + "}\n")
     p = subprocess.run(
         [sys.executable, "-m", "rocmtrain", "scan", str(src), "--format", "json"],
         capture_output=True,
         text=True,
-        timeout=60,  # about 5 s here with the scopes read once; minutes when read per call
+        timeout=45,  # about 8 s here with the scopes read once; about 2 min when read per call
     )
     rules = [f["rule"] for f in json.loads(p.stdout)["findings"]]
-    expected = ["atomic-in-loop", "butterfly-16", "half-shuffle", "mask-32bit"]
-    assert sorted(set(rules)) == expected and len(rules) == 4 * n, p.stderr[-2000:]
+    expected = ["atomic-in-loop", "butterfly-16", "mask-32bit"]
+    assert sorted(set(rules)) == expected and len(rules) == 3 * n, p.stderr[-2000:]
 
 
 def test_nothing_to_scan_is_said_not_reported_clean(tmp_path: Path, capsys) -> None:

@@ -92,6 +92,24 @@ def test_visible_devices_layering() -> None:
         visible_physical(8, {"ROCR_VISIBLE_DEVICES": "0,1", "HIP_VISIBLE_DEVICES": "2"}, rocm=True)
 
 
+def test_empty_visible_devices_as_hip_and_rocr_read_them() -> None:
+    """HIP uses HIP_VISIBLE_DEVICES only when non-empty, else CUDA_VISIBLE_DEVICES, and an empty
+    list filters nothing (clr rocdevice.cpp); an empty ROCR_VISIBLE_DEVICES leaves no GPU, and on
+    NVIDIA an empty CUDA_VISIBLE_DEVICES does."""
+    env = {"HIP_VISIBLE_DEVICES": "", "CUDA_VISIBLE_DEVICES": "2,0"}
+    assert visible_physical(8, env, rocm=True) == [2, 0]
+    assert visible_physical(8, {"HIP_VISIBLE_DEVICES": ""}, rocm=True) == list(range(8))
+    assert visible_physical(8, {"CUDA_VISIBLE_DEVICES": ""}, rocm=True) == list(range(8))
+    env = {
+        "ROCR_VISIBLE_DEVICES": "4,5,6,7",
+        "HIP_VISIBLE_DEVICES": "",
+        "CUDA_VISIBLE_DEVICES": "1",
+    }
+    assert visible_physical(8, env, rocm=True) == [5]
+    assert visible_physical(8, {"ROCR_VISIBLE_DEVICES": ""}, rocm=True) == []
+    assert visible_physical(8, {"CUDA_VISIBLE_DEVICES": ""}, rocm=False) == []
+
+
 @pytest.mark.parametrize("local_rank", range(8))
 def test_each_rank_gets_its_gpus_numa_node(tmp_path: Path, local_rank: int) -> None:
     root = make_node(tmp_path)

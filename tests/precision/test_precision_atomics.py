@@ -192,3 +192,20 @@ def test_gpu_triton_kernel_matches_fp64_and_native_atomics_lose_precision(dtype)
     )
     assert float(fp32) == float(torch.tensor(float(n)).to(dtype))
     assert float(native) < 0.5 * n  # 16-bit atomics stall (bf16: 256, fp16: 2048)
+
+
+def test_pinned_host_memory_is_refused_for_the_hardware_atomics_reason():
+    """The guard stays; its reason is the hardware (unsafe) float atomics, not atomicAdd(float)."""
+
+    class PinnedHost:  # what a pinned CPU tensor reports (pinning itself needs a GPU runtime)
+        device = torch.device("cpu")
+
+        def is_pinned(self) -> bool:
+            return True
+
+    with pytest.raises(ValueError, match=r"hardware \(unsafe\) float atomics") as err:
+        atomics._check_device_memory(PinnedHost())
+    assert "no-op" not in str(err.value)
+    atomics._check_device_memory(torch.zeros(2))  # pageable host memory: the torch path, allowed
+    notes = capabilities_for("gfx90a").notes
+    assert "hardware (unsafe) float atomics" in notes and "CAS loop" in notes

@@ -115,8 +115,18 @@ def builds_its_kjt_module():
     return Rebuilds()
 
 
-def fit(make, rank: int, pipeline: str, root: Path, *, accelerator: str = "cpu", devices: int = 2):
-    """Train ``make()`` for EPOCHS epochs of this rank's batches; losses, weights, pipeline state."""
+def fit(
+    make,
+    rank: int,
+    pipeline: str,
+    root: Path,
+    *,
+    accelerator: str = "cpu",
+    devices: int = 2,
+    background: bool | None = None,
+):
+    """Train ``make()`` for EPOCHS epochs of this rank's batches; losses, weights, pipeline state.
+    ``background``: load in the pipeline's background thread (default: on GPUs only)."""
     import pytorch_lightning as pl
     import torch
     from torch.utils.data import DataLoader
@@ -128,8 +138,14 @@ def fit(make, rank: int, pipeline: str, root: Path, *, accelerator: str = "cpu",
     strategy = rocmtrain.TorchRecStrategy(
         sharding_type="table_wise", pipeline=pipeline, watchdog=None
     )
+    class Background(pl.Callback):
+        def on_fit_start(self, trainer, pl_module):  # after the strategy built its pipeline
+            if background is not None and trainer.strategy.input_pipeline is not None:
+                trainer.strategy.input_pipeline.background = background
+
     trainer = pl.Trainer(
         strategy=strategy,
+        callbacks=[Background()],
         accelerator=accelerator,
         devices=devices,
         max_epochs=EPOCHS,

@@ -7,7 +7,7 @@ paths, a command runner) and :class:`GpuFacts`, so tests feed real files and rec
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -33,6 +33,38 @@ class Check:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class TorchBuild:
+    """What the version checks read about the installed torch (tests substitute a recorded one)."""
+
+    version: tuple[int, ...]
+    hip: tuple[int, ...] | None = None
+    """``torch.version.hip`` (None off ROCm builds)."""
+    rocm: tuple[int, ...] | None = None
+    """The ROCm release: ``torch.version.rocm`` where it exists, else ``hip``."""
+    cuda: str | None = None
+    """``torch.version.cuda`` on NVIDIA builds."""
+    nccl: tuple[int, ...] | None = None
+    """RCCL (ROCm) or NCCL (CUDA) version; None without the library."""
+
+    @classmethod
+    def live(cls) -> TorchBuild:
+        """This process's torch."""
+        import torch
+
+        return cls(
+            platform.torch_version(),
+            platform.hip_version(),
+            platform.rocm_version(),
+            torch.version.cuda if platform.is_cuda_build() else None,
+            platform.nccl_version(),
+        )
+
+    @property
+    def is_rocm(self) -> bool:
+        return self.hip is not None
+
+
 @dataclass
 class Inputs:
     """Everything the checks read from the machine (tests substitute real files / outputs)."""
@@ -45,6 +77,10 @@ class Inputs:
     headroom_fraction: float = 0.10
     live: bool = True
     """Probe torch / amdsmi / NVML in this process; False = only the runner's tool outputs."""
+    torch_build: TorchBuild | None = None
+    """The torch the version checks judge (None: this process's, :meth:`TorchBuild.live`)."""
+    package_version: Callable[[str], str | None] = platform.package_version
+    """Installed version of a distribution, or None (tests pass a recorded ``pip list``)."""
 
 
 @dataclass

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import re
 
-from rocmtrain import platform
-from rocmtrain.diagnostics.checks.base import Check, GpuFacts, Inputs, read_text
+from rocmtrain.diagnostics.checks.base import Check, GpuFacts, Inputs, TorchBuild, read_text
 
 
 def check_env_registry(facts: GpuFacts, inputs: Inputs) -> Check:
     try:  # owned by the RCCL area; isolated so the doctor runs without it
-        from rocmtrain.comms.registry import check_environment
+        from rocmtrain.comms.registry import Versions, check_environment
     except ImportError as e:
         return Check("env.registry", "skip", f"env-var registry not available ({e})")
     rocm = True if facts.amd else (False if facts.backend == "cuda" else None)
-    findings = check_environment(inputs.environ, rccl_version=platform.nccl_version(), rocm=rocm)
+    build = inputs.torch_build or TorchBuild.live()
+    # the torch and ROCm versions arm the registry's version gates (expandable_segments, TORCH_FR_*)
+    have = Versions(torch=build.version, rocm=build.rocm)
+    findings = check_environment(inputs.environ, rccl_version=build.nccl, rocm=rocm, versions=have)
     bad = [f for f in findings if getattr(f, "severity", "warning") in ("error", "warning")]
     if not bad:
         notes = sorted({f.name for f in findings})
@@ -98,6 +100,12 @@ def check_rccl_conf(facts: GpuFacts, inputs: Inputs) -> Check:
 _VIS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 _DEVICE = r"(-?\d+|GPU-[\w-]+|MIG-[\w/-]+)"  # index (-1 hides all), or a UUID
 _DEVICE_LIST = re.compile(rf"{_DEVICE}(\s*,\s*{_DEVICE})*")
+# What an empty value does. ROCm: HIP (clr rocclr/device/rocm/rocdevice.cpp, Device::init) takes
+# HIP_VISIBLE_DEVICES only when non-empty, else CUDA_VISIBLE_DEVICES, and applies the list only
+# when it is non-empty, so an empty HIP_/CUDA_VISIBLE_DEVICES filters nothing; ROCr
+# (ROCR-Runtime amd_filter_device.h) treats an empty ROCR_VISIBLE_DEVICES as "no device". NVIDIA:
+# an empty CUDA_VISIBLE_DEVICES hides every GPU.
+_HIDES_ALL_WHEN_EMPTY = {True: ("ROCR_VISIBLE_DEVICES",), False: ("CUDA_VISIBLE_DEVICES",)}
 
 
 def check_visible_devices(facts: GpuFacts, inputs: Inputs) -> Check:
@@ -105,14 +113,21 @@ def check_visible_devices(facts: GpuFacts, inputs: Inputs) -> Check:
     set_vars = {k: env[k] for k in _VIS if k in env}
     if not set_vars:
         return Check("cluster.visible_devices", "ok", "no *_VISIBLE_DEVICES set (all GPUs visible)")
-    ev = ", ".join(f"{k}={v}" for k, v in set_vars.items())
-    if "" in set_vars.values():
+    ev = ", ".join(f"{k}={v!r}" if v == "" else f"{k}={v}" for k, v in set_vars.items())
+    amd = facts.amd
+    hiding = [k for k in _HIDES_ALL_WHEN_EMPTY[amd] if set_vars.get(k) == ""]
+    if hiding:
         return Check(
-            "cluster.visible_devices", "warn", ev, "an empty *_VISIBLE_DEVICES hides every GPU"
+            "cluster.visible_devices",
+            "warn",
+            ev,
+            f"an empty {hiding[0]} hides every GPU"
+            + (" (ROCr filters below HIP)" if amd else "")
+            + f"; unset it or list the GPUs ({hiding[0]}=0,1,...)",
         )
     # the runtimes stop at the first entry that is neither an index nor a GPU UUID: "abc" hides
     # every GPU, "0,x" all but GPU 0
-    unreadable = [k for k, v in set_vars.items() if not _DEVICE_LIST.fullmatch(v.strip())]
+    unreadable = [k for k, v in set_vars.items() if v and not _DEVICE_LIST.fullmatch(v.strip())]
     if unreadable:
         return Check(
             "cluster.visible_devices",
@@ -120,7 +135,9 @@ def check_visible_devices(facts: GpuFacts, inputs: Inputs) -> Check:
             ev,
             f"{', '.join(unreadable)}: use GPU indices (0,1,2) or UUIDs (GPU-...), or unset it",
         )
-    if "ROCR_VISIBLE_DEVICES" in set_vars and len(set_vars) > 1 and len(set(set_vars.values())) > 1:
+    ignored = [k for k in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if set_vars.get(k) == ""]
+    nonempty = {k: v for k, v in set_vars.items() if v != ""}
+    if "ROCR_VISIBLE_DEVICES" in nonempty and len(nonempty) > 1 and len(set(nonempty.values())) > 1:
         return Check(
             "cluster.visible_devices",
             "warn",
@@ -128,6 +145,8 @@ def check_visible_devices(facts: GpuFacts, inputs: Inputs) -> Check:
             "ROCR_VISIBLE_DEVICES filters first and HIP/CUDA_VISIBLE_DEVICES index into what is "
             "left; set only one of them (Slurm sets ROCR_VISIBLE_DEVICES with --gpus)",
         )
+    if amd and ignored:
+        ev += f" ({' and '.join(ignored)} empty: HIP ignores an empty list, no GPU is hidden by it)"
     return Check("cluster.visible_devices", "ok", ev)
 
 

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rocmtrain import compat, platform
-from rocmtrain.diagnostics.checks.base import Check, GpuFacts, Inputs, read_text
+from rocmtrain import compat
+from rocmtrain.diagnostics.checks.base import Check, GpuFacts, Inputs, TorchBuild, read_text
 
 # kept under their old names for callers that import them from here
 TORCH_STABLE_ROCM = compat.TORCH_STABLE_ROCM
 FBGEMM_ROCM = compat.FBGEMM_ROCM
 FBGEMM_DISTS = ("fbgemm-gpu", "fbgemm-gpu-cpu", "fbgemm-gpu-nightly", "fbgemm-gpu-genai")
-TRITON_DISTS = ("pytorch-triton-rocm", "triton", "pytorch-triton")
+#: distributions that provide ``import triton``, ROCm ones first: PyTorch's ROCm wheel index ships
+#: Triton as ``triton-rocm`` for torch >= 2.10 (torch's wheel metadata: ``Requires-Dist:
+#: triton-rocm``; e.g. torch 2.10.0+rocm7.1 pulls triton-rocm 3.6.0, invoke-ai/InvokeAI PR #9297)
+#: and as ``pytorch-triton-rocm`` before; CUDA and CPU installs have ``triton``.
+TRITON_DISTS = ("triton-rocm", "pytorch-triton-rocm", "triton", "pytorch-triton")
 
 _mm = compat.minor
 
@@ -29,7 +33,7 @@ def _fmt(v: tuple[int, ...] | None) -> str:
 def _torch_rocm_check(torch_v: tuple[int, ...], hip_v: tuple[int, ...]) -> Check:
     tv = _mm(torch_v)
     expected = compat.stable_rocm(tv)
-    ev = f"torch {_fmt(torch_v)} built with ROCm/HIP {_fmt(hip_v)}"
+    ev = f"torch {_fmt(torch_v)} built with ROCm {_fmt(hip_v)}"
     if expected is None:
         return Check(
             "versions.torch_rocm",
@@ -52,13 +56,17 @@ def _fbgemm_rocm_check(ev: str, fv: compat.MM, hip_v: tuple[int, ...], archs: li
     """fbgemm-gpu on ROCm: its published ROCm builds and archs (an unverified row never warns)."""
     row = compat.fbgemm_rocm(fv)
     if row is None or not row.verified:
+        why = (
+            f"FBGEMM publishes no ROCm matrix for {_fmt(fv)}"
+            if row is None
+            else f"the ROCm matrix of {_fmt(fv)} is unverified: {compat.SOURCES[row.source]}"
+        )
         return Check(
             "versions.fbgemm_gpu",
             "ok",
-            ev + f" on ROCm {_fmt(hip_v)} (FBGEMM publishes no ROCm matrix for {_fmt(fv)}: "
-            "ROCm pairing not checked)",
+            ev + f" on ROCm {_fmt(hip_v)} ({why}; ROCm pairing not checked)",
         )
-    if _mm(hip_v) not in row.rocm:
+    if _mm(hip_v) not in compat.rocm_minors(row):
         ok_rocm = ", ".join(_fmt(r) for r in row.rocm)
         return Check(
             "versions.fbgemm_gpu",
@@ -137,7 +145,8 @@ def compat_checks(
     torchrec: str | None,
     archs: list[str],
 ) -> list[Check]:
-    """Pure table lookups; ``fbgemm`` = (distribution, version)."""
+    """Pure table lookups; ``fbgemm`` = (distribution, version); ``hip_v`` is the ROCm release
+    (:attr:`TorchBuild.rocm`), None off ROCm."""
     out = [_torch_rocm_check(torch_v, hip_v)] if hip_v is not None else []
     out.append(_fbgemm_check(torch_v, hip_v, fbgemm, archs))
     out.append(_torchrec_check(torchrec, fbgemm))
@@ -151,47 +160,44 @@ def _installed_rocm(inputs: Inputs) -> str | None:
 
 
 def check_versions(facts: GpuFacts, inputs: Inputs) -> list[Check]:
-    fb = next(((d, v) for d in FBGEMM_DISTS if (v := platform.package_version(d))), None)
+    build = inputs.torch_build or TorchBuild.live()
+    pkg = inputs.package_version
+    fb = next(((d, v) for d in FBGEMM_DISTS if (v := pkg(d))), None)
     archs = sorted({d.gfx_arch for d in facts.devices if d.gfx_arch})
     out = compat_checks(
-        platform.torch_version(),
-        hip_v=platform.hip_version(),
-        fbgemm=fb,
-        torchrec=platform.package_version("torchrec"),
-        archs=archs,
+        build.version, hip_v=build.rocm, fbgemm=fb, torchrec=pkg("torchrec"), archs=archs
     )
-    if platform.is_cuda_build():
-        import torch
-
+    if build.cuda is not None and not build.is_rocm:
         out.append(
             Check(
                 "versions.torch_cuda",
                 "ok",
-                f"torch {_fmt(platform.torch_version())} built with CUDA {torch.version.cuda}",
+                f"torch {_fmt(build.version)} built with CUDA {build.cuda}",
             )
         )
-    tri = next(((d, v) for d in TRITON_DISTS if (v := platform.package_version(d))), None)
+    tri = next(((d, v) for d in TRITON_DISTS if (v := pkg(d))), None)
     out.append(
         Check("versions.triton", "ok", f"{tri[0]} {tri[1]}")
         if tri
         else Check(
             "versions.triton",
             "warn",
-            "triton not installed",
-            "kernel=triton needs triton (ROCm: pytorch-triton-rocm from PyTorch's index)",
+            "triton not installed (looked for " + ", ".join(TRITON_DISTS) + ")",
+            "kernel=triton needs triton (ROCm: triton-rocm for torch >= 2.10, "
+            "pytorch-triton-rocm before, from PyTorch's per-ROCm wheel index)",
         )
     )
-    nv = platform.nccl_version()
-    lib = "RCCL" if platform.is_rocm() else "NCCL"
+    nv = build.nccl
+    lib = "RCCL" if build.is_rocm else "NCCL"
     if nv:
         out.append(
             Check(
-                "versions.rccl" if platform.is_rocm() else "versions.nccl",
+                "versions.rccl" if build.is_rocm else "versions.nccl",
                 "ok",
                 f"{lib} {_fmt(nv)} (torch.cuda.nccl.version())",
             )
         )
-    elif platform.is_rocm() or platform.is_cuda_build():
+    elif build.is_rocm or build.cuda is not None:
         out.append(
             Check(
                 "versions.rccl",
@@ -203,13 +209,13 @@ def check_versions(facts: GpuFacts, inputs: Inputs) -> list[Check]:
     else:
         out.append(Check("versions.rccl", "skip", "CPU build of torch: gloo only (no RCCL/NCCL)"))
     installed = _installed_rocm(inputs)
-    hip = platform.hip_version()
-    if installed and hip and _mm(installed) != _mm(hip):
+    rocm = build.rocm
+    if installed and rocm and _mm(installed) != _mm(rocm):
         out.append(
             Check(
                 "versions.rocm_install",
                 "warn",
-                f"system ROCm {installed}, torch built with HIP {_fmt(hip)}",
+                f"system ROCm {installed}, torch built with ROCm {_fmt(rocm)}",
                 "torch ships its own HIP user-space; keep the driver/ROCm ≥ the torch build",
             )
         )

@@ -6,7 +6,7 @@ using namespace nvcuda;  // expect: wmma
 
 __global__ void half_stuff(__half* acc, const __half* x, float* total, int n) {
   __half h = x[threadIdx.x];
-  __half s = __shfl_sync(0xffffffffffffffffULL, h, 0);  // expect: half-shuffle
+  __half s = __shfl_sync(0xffffffffffffffffULL, h, 0);  // HIP has __half shuffles: no finding
   atomicAdd(&acc[0], s);  // expect: half-atomic
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     atomicAdd(total, __half2float(x[i]));  // expect: atomic-in-loop
@@ -37,3 +37,7 @@ __global__ void transpose(float* out, const float* in) {
 }
 
 #define WARPSZ 32U  // expect: warp-size-literal
+
+// a pre-ROCm-7 shim: ROCm >= 7.0 declares __syncwarp itself
+#define __syncwarp() __syncthreads()  // expect: syncwarp-shim
+__device__ inline void __syncwarp(unsigned long long mask) {}  // expect: syncwarp-shim

@@ -1,19 +1,24 @@
-"""``ThroughputCallback``: machine-readable samples/s and peak memory -> ``<run_dir>/throughput.json``.
+"""Steady-state throughput: windowed samples/s and peak memory -> ``<run_dir>/throughput.json``.
 
     trainer = pl.Trainer(callbacks=[ThroughputCallback(run_dir, warmup_steps=15)])
+
+``python -m rocmtrain`` adds it to every run (``monitor.throughput_*``), the epoch line prints its
+rate, and the benchmarks (``scripts/bench/``) read the same file: one code path for the number a
+user sees and the number a benchmark reports.
 
 Each window of ``sync_every`` steps (after the first ``warmup_steps`` training steps of the fit,
 never spanning a validation or an epoch end) gives one rate ``global_batch * steps / seconds``.
 ``samples_per_s`` is the median of those window rates (``samples_per_s_mean`` = total samples /
-total time over the windows). Window boundaries are timed by :class:`WindowClock`: on a GPU with
-CUDA events on the training stream, so timing never synchronises the host and the host keeps
-running ahead of the GPU as in training (a host sync per window drains the GPU, which then waits
-for the host to refill it: ~1-2 ms per window on the H200, billed to the window); with
-``E2E_CLOCK=host`` (the method before 2026-12-03) or on CPU, the device is synchronised and the
-host clock read at each boundary. Either way the time includes the data loading between steps.
-Written by global rank 0 at the end of every epoch (partial results survive a later crash) and at
-the end of training; every rank reports its peak memory. The final write adds the module's
-``step_losses`` (the loss of every step) where it has them.
+total time over the windows); ``epochs`` holds the same per epoch. Window boundaries are timed by
+:class:`WindowClock`: on a GPU with CUDA events on the training stream, so timing never
+synchronises the host and the host keeps running ahead of the GPU as in training (a host sync per
+window drains the GPU, which then waits for the host to refill it); with ``E2E_CLOCK=host`` or on
+CPU, the device is synchronised and the host clock read at each boundary. Either way the time
+includes the data loading between steps. Written by global rank 0 at the end of every epoch
+(partial results survive a later crash) and at the end of training; every rank reports its peak
+memory. The final write adds the module's ``step_losses`` (the loss of every step) where it has
+them. At each epoch end the epoch's median rate is logged as ``samples_per_s_steady`` (NaN when
+the epoch had no window: fewer steps than the warm-up).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import pytorch_lightning as pl
 import torch
 
 CLOCKS = ("events", "host")
+STEADY_KEY = "samples_per_s_steady"
+"""The logged metric: this epoch's median window rate (all ranks, samples/s)."""
 
 
 class WindowClock:
@@ -121,15 +128,24 @@ class ThroughputCallback(pl.Callback):
         if self._mark is not None and step > self._mark[1]:
             steps = step - self._mark[1]
             samples = steps * self._batch * trainer.world_size
-            self._pending.append((self._mark[0], now, {"end_step": step, "steps": steps,
-                                                       "samples": samples}))  # fmt: skip
+            window = {"epoch": trainer.current_epoch, "end_step": step, "steps": steps,
+                      "samples": samples}  # fmt: skip
+            self._pending.append((self._mark[0], now, window))
         self._mark = (now, step)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._mark = None  # a window never spans validation
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # callbacks' epoch-end hooks run before the module's: its epoch line can read this value
+        rate = self.epoch_rate(trainer.current_epoch)
+        pl_module.log(STEADY_KEY, float("nan") if rate is None else rate)
         self.write(trainer, pl_module, final=False)
+
+    def epoch_rate(self, epoch: int) -> float | None:
+        """Median window rate of ``epoch`` (None: no window finished in it)."""
+        rates = [w["samples_per_s"] for w in self.windows if w["epoch"] == epoch]
+        return statistics.median(rates) if rates else None
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.write(trainer, pl_module, final=True)
@@ -151,6 +167,10 @@ class ThroughputCallback(pl.Callback):
             * statistics.median([w["seconds"] / self.sync_every for w in windows])
             if windows
             else None,
+            "epochs": [
+                {"epoch": e, "samples_per_s": self.epoch_rate(e)}
+                for e in sorted({int(w["epoch"]) for w in windows})
+            ],
             "windows": windows,
             "measured_steps": sum(w["steps"] for w in windows),
             "warmup_steps": self.warmup_steps,
