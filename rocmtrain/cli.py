@@ -339,7 +339,9 @@ def _only_hydra_files(run_dir: Path) -> bool:
     """True when ``run_dir`` is missing or holds only what Hydra wrote for this command."""
     if not run_dir.is_dir():
         return True
-    return all(p.name == ".hydra" or p.suffix == ".log" for p in run_dir.iterdir())
+    from rocmtrain.run_lock import LOCK_NAME  # the launching rank's lock is this command's too
+
+    return all(p.name in (".hydra", LOCK_NAME) or p.suffix == ".log" for p in run_dir.iterdir())
 
 
 def _has_checkpoint_or_logs(path: Path) -> bool:

@@ -126,6 +126,11 @@ class RankLifecycleMixin(ParallelStrategy):
         ours = build_callbacks(self._watchdog_cfg, self._rccl_cfg, self.run_dir)
         kinds = tuple(type(c) for c in ours)
         trainer.callbacks[:] = ours + [c for c in trainer.callbacks if not isinstance(c, kinds)]
+        if self._watchdog_cfg.enabled:
+            # the watchdog names a failed or dead peer and ends this rank with the right code;
+            # Lightning's child watcher would SIGKILL it first whenever a peer exits non-zero
+            # (also a peer that left on its watchdog's word while this rank reports its error)
+            _stop_child_observer()
 
     # -- collectives: heartbeats name a rank that waits in one ----------------------------------
     def _beat(self, phase: str) -> None:
