@@ -40,6 +40,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'rocmtrain' has no attribute {name!r}")
 
 
+from rocmtrain.log_setup import install_fallback  # noqa: E402
+
+install_fallback()
+
 #: why the strategies could not be registered (None when they were): shown by the doctor and
 #: raised again by anything that needs them, so a broken install is never silently ignored.
 STRATEGY_IMPORT_ERROR: BaseException | None = None

@@ -61,5 +61,23 @@ def main(argv: list[str] | None = None) -> int:
     return hydra_main(argv)
 
 
+def _missing_stack(exc: ModuleNotFoundError) -> int:
+    """The Python running this lacks the training stack: most often the project's .venv is not
+    activated. One line that says so, instead of an import traceback."""
+    print(
+        f"rocmtrain: error: {exc.name or exc} is not installed for {sys.executable}; activate the "
+        "environment (. .venv/bin/activate, made by bash scripts/setup.sh) or install it (README: "
+        "Install)",
+        file=sys.stderr,
+    )
+    return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] == "rocmtrain":
+            raise
+        code = _missing_stack(exc)
+    sys.exit(code)

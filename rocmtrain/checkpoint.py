@@ -114,37 +114,115 @@ def write_sharded(
 
     final = Path(final)
     tmp = _tmp_for(final)
-    if rank == 0:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-    barrier()
-    dcp.save(sharded, checkpoint_id=str(tmp))
-    torch.save(per_rank, tmp / f"rank_{rank}.pt")
-    barrier()
-    if rank == 0:
-        parts = sorted(tmp.iterdir())
-        for f in parts:
-            _fsync_path(f)
-        marker = {
-            "format": FORMAT_VERSION,
-            "world_size": world_size,
-            "global_step": per_rank.get("global_step"),
-            "epoch": per_rank.get("epoch"),
-            "time": time.time(),
-            "files": {f.name: f.stat().st_size for f in parts},
-            "checksum": CHECKSUM,
-            "checksums": checksums(parts),
-        }
-        (tmp / MARKER).write_text(json.dumps(marker, indent=1))
-        _fsync_path(tmp / MARKER)
-        _fsync_path(tmp)
-        if final.exists():  # same step written twice (e.g. epoch end == step interval)
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        _fsync_path(final.parent)
+    try:
+        if rank == 0:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            tmp.mkdir(parents=True)
+        barrier()
+        dcp.save(sharded, checkpoint_id=str(tmp))
+        torch.save(per_rank, tmp / f"rank_{rank}.pt")
+        barrier()
+        if rank == 0:
+            _complete(tmp, final, per_rank, world_size)
+    except BaseException as exc:
+        _abandon(tmp, final, exc)
     barrier()
     return final
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (a full disk, a quota, permissions); what it had
+    written is removed and the checkpoints before it are untouched."""
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind ``exc``: itself, its cause/context, or a rank's failure inside DCP's
+    CheckpointException (a BaseException that carries each rank's exception)."""
+    stack: list[BaseException | None] = [exc]
+    seen: set[int] = set()
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError):
+            return e
+        failures = getattr(e, "failures", None)
+        if isinstance(failures, dict):
+            stack += [f[0] if isinstance(f, tuple) else f for f in failures.values()]
+        stack += [e.__cause__, e.__context__]
+    return None
+
+
+#: how torch.save's zip writer reports a write the filesystem cut short (no OSError reaches us)
+_SHORT_WRITE = ("unexpected pos", "PytorchStreamWriter failed")
+
+
+def _write_failure(exc: BaseException, root: Path) -> str | None:
+    """Why the filesystem refused the write behind ``exc``, or None when it is not that."""
+    err = _os_error(exc)
+    if err is not None:
+        return err.strerror or str(err)
+    text = str(exc) + "".join(str(f) for f in getattr(exc, "failures", {}).values())
+    if not any(mark in text for mark in _SHORT_WRITE):
+        return None
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        return "a write was cut short"
+    return f"a write was cut short ({free / 2**20:.1f} MiB free on that filesystem)"
+
+
+def _abandon(tmp: Path, final: Path, exc: BaseException) -> None:
+    """A write that failed on this rank: remove its temp folder (any rank may; they share it),
+    and say in one line why, when the filesystem refused it."""
+    why = _write_failure(exc, final.parent)  # measured before the temp folder frees space
+    shutil.rmtree(tmp, ignore_errors=True)
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        raise exc
+    if why is None:
+        if isinstance(exc, Exception):
+            raise exc
+        # DCP's CheckpointException is a BaseException: callers catching Exception would miss it
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+        raise RuntimeError(f"checkpoint {final} not written: {first}") from exc
+    raise CheckpointWriteError(
+        f"checkpoint {final} not written: {why}; free space (or fix permissions) under "
+        f"{final.parent} or set checkpoint.dir to another disk, then rerun to resume from the "
+        "last complete checkpoint (nothing half-written is left)"
+    ) from exc
+
+
+def _complete(tmp: Path, final: Path, per_rank: dict[str, Any], world_size: int) -> None:
+    """Rank 0: check every rank's part is there, checksum, mark complete, rename into place."""
+    parts = sorted(tmp.iterdir())
+    missing = _missing_rank_files([f.name for f in parts], world_size)
+    if missing:  # a rank wrote elsewhere (another run_dir): never mark this one complete
+        raise RuntimeError(
+            f"checkpoint {final}: {missing} of {world_size} ranks not written here; every "
+            "rank must see the same checkpoint.dir (one run_dir per job, on a shared "
+            "filesystem across nodes)"
+        )
+    for f in parts:
+        _fsync_path(f)
+    marker = {
+        "format": FORMAT_VERSION,
+        "world_size": world_size,
+        "global_step": per_rank.get("global_step"),
+        "epoch": per_rank.get("epoch"),
+        "time": time.time(),
+        "files": {f.name: f.stat().st_size for f in parts},
+        "checksum": CHECKSUM,
+        "checksums": checksums(parts),
+    }
+    (tmp / MARKER).write_text(json.dumps(marker, indent=1))
+    _fsync_path(tmp / MARKER)
+    _fsync_path(tmp)
+    if final.exists():  # same step written twice (e.g. epoch end == step interval)
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    _fsync_path(final.parent)
 
 
 def read_sharded(path: Path, *, sharded: dict[str, Any], rank: int) -> dict[str, Any]:
@@ -162,12 +240,68 @@ def read_sharded(path: Path, *, sharded: dict[str, Any], rank: int) -> dict[str,
             f"checkpoint {path} cannot be loaded: {problem}; "
             "use rocmtrain.checkpoint.find_resume(root) to pick an intact one"
         )
+    differs = state_mismatch(path, sharded)
+    if differs is not None:
+        raise ResumeError(
+            f"checkpoint {path} was written for another model or embedding optimizer: {differs}. "
+            "Resume with the model.* settings it was written with, or start over "
+            "(checkpoint.resume=never, or a new run_dir)"
+        )
     dcp.load(sharded, checkpoint_id=str(path))
     own = path / f"rank_{rank}.pt"
     if not own.exists():
         log.warning("%s has no state for rank %d; using rank 0's", path, rank)
         own = path / "rank_0.pt"
     return torch.load(own, map_location="cpu", weights_only=False)
+
+
+class ResumeError(RuntimeError):
+    """A checkpoint that cannot be resumed by this run (written for another model or embedding
+    optimizer); the message says what differs and what to do, in one line."""
+
+
+def _global_size(value: Any) -> tuple[int, ...] | None:
+    """The whole tensor's size (a torch.Tensor or DTensor, or a ShardedTensor's metadata)."""
+    if hasattr(value, "local_shards") and hasattr(value, "metadata"):
+        return tuple(value.metadata().size)
+    return tuple(value.size()) if isinstance(value, torch.Tensor) else None
+
+
+def _short(fqn: str) -> str:
+    """``model.model.sparse_arch....embedding_bags.t_cat_0.weight`` -> ``t_cat_0.weight``."""
+    for mark in ("embedding_bags.", "embeddings."):
+        if mark in fqn:
+            rest = fqn.rsplit(mark, 1)[1]
+            kind = "optimizer state " if fqn.startswith("fused_optimizer.") else ""
+            return kind + ".".join(dict.fromkeys(rest.split(".")))  # t_cat_0.weight.t_cat_0.x
+    return fqn.removeprefix("model.model.").removeprefix("model.")
+
+
+def state_mismatch(path: Path, sharded: dict[str, Any]) -> str | None:
+    """How checkpoint ``path``'s tensors differ from ``sharded`` (names, global sizes), read
+    from its DCP metadata before any loading; None when every tensor fits."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+
+    saved = {
+        k: tuple(v.size)
+        for k, v in dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata.items()
+        if hasattr(v, "size")
+    }
+    flat, _ = flatten_state_dict(sharded)
+    current = {k: s for k, v in flat.items() if (s := _global_size(v)) is not None}
+    diffs = [
+        f"{_short(k)} is {list(saved[k])} there, {list(n)} here"
+        for k, n in current.items()
+        if k in saved and saved[k] != n
+    ]
+    diffs += [f"{_short(k)} is not in it" for k in current if k not in saved]
+    # every rank's model state names every table; its fused optimizer state only its own shards
+    diffs += [f"{_short(k)} is only in it" for k in saved if k not in current and k[:6] == "model."]
+    if not diffs:
+        return None
+    more = f" (and {len(diffs) - 2} more)" if len(diffs) > 2 else ""
+    return "; ".join(diffs[:2]) + more
 
 
 def read_marker(path: Path) -> dict[str, Any] | None:
@@ -181,6 +315,9 @@ def size_problem(path: Path, marker: dict[str, Any] | None) -> str | None:
     """What is missing or of the wrong size in ``path`` by its ``marker``; None when all fit."""
     if not marker or not isinstance(marker.get("files"), dict):
         return f"no valid {MARKER} (a write that did not finish)"
+    missing = _missing_rank_files(list(marker["files"]), marker.get("world_size"))
+    if missing:
+        return f"{missing} of its {marker['world_size']} ranks' files are not in it"
     for name, size in marker["files"].items():
         f = Path(path) / name
         if not f.is_file():
@@ -188,6 +325,16 @@ def size_problem(path: Path, marker: dict[str, Any] | None) -> str | None:
         if f.stat().st_size != size:
             return f"{name} has {f.stat().st_size} bytes, {MARKER} recorded {size}"
     return None
+
+
+def _missing_rank_files(names: list[str], world_size: object) -> str | None:
+    """The per-rank files a checkpoint of ``world_size`` ranks lacks, named; None if none."""
+    if not isinstance(world_size, int) or world_size < 1:
+        return None
+    missing = [f"rank_{r}.pt" for r in range(world_size) if f"rank_{r}.pt" not in names]
+    if not missing:
+        return None
+    return ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
 
 
 def is_complete(path: Path) -> bool:

@@ -15,6 +15,7 @@ The run directory is printed on exit, success or failure.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -33,6 +34,7 @@ from rocmtrain.config.schema import (
 
 def _usage_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that are the user's to fix: printed as one line, exit code USAGE."""
+    from rocmtrain.checkpoint import ResumeError
     from rocmtrain.comms.rendezvous import RendezvousError
     from rocmtrain.config import ConfigError
     from rocmtrain.strategies.planning import PlanError
@@ -43,6 +45,7 @@ def _usage_errors() -> tuple[type[BaseException], ...]:
         PlanError,
         HardwareError,
         RendezvousError,
+        ResumeError,
         FileNotFoundError,
     )
 
@@ -93,6 +96,9 @@ def hydra_main(argv: list[str]) -> int:
 
     for pattern in _QUIET_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
+    # a full disk fails the job log's file handler on every record; the console still gets each
+    # line, and the one error line says what failed, without a traceback per log record
+    logging.raiseExceptions = False
 
     from rocmtrain.faults.preemption import arm_early, disarm_early
     from rocmtrain.launch.orphans import die_with_parent, started_by_lightning
@@ -102,7 +108,7 @@ def hydra_main(argv: list[str]) -> int:
         die_with_parent()
     register_configs()
     argv = _pin_run_dir(list(argv))
-    problem = _unwritable_run_dir(argv)
+    problem = _multirun_problem(argv) or _unwritable_run_dir(argv)
     if problem:
         print(f"rocmtrain: error: {problem}", file=sys.stderr)
         disarm_early(())
@@ -135,21 +141,87 @@ def hydra_main(argv: list[str]) -> int:
     return result.get("code", exit_codes.OK)
 
 
+def _compose_quietly(overrides: list[str]) -> Any:
+    """The composed config of ``overrides``, or None when they do not compose (the real run
+    then reports that with Hydra's own message)."""
+    from hydra import compose, initialize_config_dir
+
+    try:
+        with initialize_config_dir(config_dir=str(configs_dir()), version_base="1.3"):
+            return compose(PRIMARY_CONFIG, overrides=overrides)
+    except Exception:  # noqa: BLE001 - reported by the real run
+        return None
+
+
+def _multirun_problem(argv: list[str]) -> str | None:
+    """A Hydra sweep (``-m``) runs its jobs one after another in this process, but every rank
+    Lightning starts re-runs the whole command line, so each rank would sweep on its own, into
+    its own run dirs. A sweep is refused unless each of its jobs is one rank."""
+    if not {"-m", "--multirun"} & set(argv):
+        return None
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    overrides = [a for a in argv if not a.startswith("-")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # noqa: BLE001 - Hydra reports a bad override itself
+        return None
+    # every combination's world size would be exact; the first value of each sweep is enough for
+    # all but the world-size keys themselves, whose values are all tried
+    fixed, sizes = [], []
+    for o in parsed:
+        key = o.input_line.split("=", 1)[0]
+        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else None
+        if values is None:
+            fixed.append(o.input_line)
+        elif key.lstrip("+~") in ("trainer.devices", "trainer.num_nodes"):
+            sizes += [[f"{key}={v}" for v in values]]
+        else:
+            fixed.append(f"{key}={values[0]}")
+    for combo in itertools.product(*sizes):
+        cfg = _compose_quietly([*fixed, *combo])
+        if cfg is None:
+            return None
+        ranks = int(OmegaConf.select(cfg, "trainer.devices")) * int(
+            OmegaConf.select(cfg, "trainer.num_nodes")
+        )
+        if ranks > 1 and OmegaConf.select(cfg, "cluster.kind") == "local":
+            return (
+                f"-m (Hydra multirun) with {ranks} ranks: every rank would run its own sweep; "
+                "sweep with trainer.devices=1, or run one command per setting "
+                "(for s in 1 2; do python -m rocmtrain seed=$s; done)"
+            )
+    return None
+
+
 def _unwritable_run_dir(argv: list[str]) -> str | None:
     """Hydra creates ``run_dir`` before the job starts (a traceback when it cannot): check the
     composed ``run_dir`` first. None when it is writable or the command does not compose (Hydra
     then reports that itself)."""
     if any(a.startswith("-") for a in argv):
         return None
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    try:
-        with initialize_config_dir(config_dir=str(configs_dir()), version_base="1.3"):
-            cfg = compose(PRIMARY_CONFIG, overrides=argv)
-        path = Path(str(OmegaConf.select(cfg, "run_dir"))).absolute()
-    except Exception:  # noqa: BLE001 - the real run reports compose errors with Hydra's message
+    cfg = _compose_quietly(argv)
+    if cfg is None:
         return None
+    raw = str(OmegaConf.select(cfg, "run_dir") or "")
+    if not raw.strip():  # Path("") is the current folder, and its checkpoints "/checkpoints"
+        return (
+            f"run_dir={raw!r} is empty; name the run's folder (run_dir=runs/my_run), or leave "
+            "run_dir out for runs/<recipe>/<date_time>"
+        )
+    path = Path(raw).absolute()
+    if _rank() == 0:  # ranks Lightning starts join the run that holds the lock
+        from rocmtrain import run_lock
+        from rocmtrain.train import IN_USE
+
+        other = run_lock.holder(path)
+        if other is not None:
+            return f"run_dir={str(path)!r} is invalid: {IN_USE.format(other)}"
     try:  # the real test, also as root (os.access says yes to root on a read-only /proc)
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".write-test-{os.getpid()}"
@@ -166,7 +238,9 @@ def _unwritable_run_dir(argv: list[str]) -> str | None:
 def run(cfg: Any) -> int:
     """Validate, then submit / dry-run / train the composed config. Returns the exit code."""
     from rocmtrain.config.schema import validate_run_config
+    from rocmtrain.log_setup import quiet_other_ranks
 
+    quiet_other_ranks()  # Hydra has set up the console: each INFO line once, from rank 0
     run_dir = Path(str(cfg.run_dir))
     existed = not _only_hydra_files(run_dir)  # Hydra has written .hydra/ and its log by now
     started = False
@@ -178,6 +252,9 @@ def run(cfg: Any) -> int:
         if code is not None:
             return code
         if rc.dry_run:
+            from rocmtrain.train import check_cpu_ranks
+
+            check_cpu_ranks(rc)
             print_plan(rc, _task_overrides())
             return exit_codes.OK
         from rocmtrain.train import train
@@ -262,7 +339,9 @@ def _only_hydra_files(run_dir: Path) -> bool:
     """True when ``run_dir`` is missing or holds only what Hydra wrote for this command."""
     if not run_dir.is_dir():
         return True
-    return all(p.name == ".hydra" or p.suffix == ".log" for p in run_dir.iterdir())
+    from rocmtrain.run_lock import LOCK_NAME  # the launching rank's lock is this command's too
+
+    return all(p.name in (".hydra", LOCK_NAME) or p.suffix == ".log" for p in run_dir.iterdir())
 
 
 def _has_checkpoint_or_logs(path: Path) -> bool:

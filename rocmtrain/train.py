@@ -55,6 +55,30 @@ def check_hardware(cfg: RunConfig) -> None:
             )
 
 
+#: CPU ranks per core beyond which a local CPU run only oversubscribes the machine (a few ranks
+#: per core still make a useful test of a larger world size)
+CPU_RANKS_PER_CORE = 4
+
+
+def check_cpu_ranks(cfg: RunConfig) -> None:
+    """A local CPU run starts ``trainer.devices`` processes on this machine: refuse a count it
+    cannot hold (the dry run too, whose planner would cost a topology of that size)."""
+    from rocmtrain.config import ConfigError
+
+    t = cfg.trainer
+    if cfg.cluster.kind != "local" or platform.is_gpu_run(t.accelerator, cfg.strategy.backend):
+        return
+    cores = os.cpu_count() or 1
+    most = CPU_RANKS_PER_CORE * cores
+    if t.devices > most:
+        raise ConfigError(
+            "trainer.devices",
+            t.devices,
+            f"each CPU rank is a process on this machine, which has {cores} core(s); use at most "
+            f"{most} (a larger world size: trainer.num_nodes, or cluster=slurm)",
+        )
+
+
 def train(cfg: RunConfig) -> dict[str, float]:
     """Train ``cfg``; returns the last epoch's metrics (train/val loss, AUC, NE, samples/s)."""
     from rocmtrain.config.schema import validate_run_config
@@ -65,6 +89,7 @@ def train(cfg: RunConfig) -> dict[str, float]:
     quiet_precision_hints()  # the config sets the matmul precision on purpose
     _hand_over_early_signals(cfg)
     check_hardware(cfg)
+    check_cpu_ranks(cfg)
     strategy = TorchRecStrategy.from_config(cfg)
     gpu = platform.is_gpu_run(cfg.trainer.accelerator, cfg.strategy.backend)
     strategy.check_supported("cuda" if gpu else "cpu")
@@ -80,7 +105,11 @@ def train(cfg: RunConfig) -> dict[str, float]:
     )
     module = build_module(cfg, strategy)
     trainer = build_trainer(cfg, run_dir, strategy=strategy)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg))
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg))
+    except ckpt.ResumeError:
+        _put_back_metrics(run_dir)  # nothing was trained: the folder stays as it was
+        raise
     close_process_group(barrier=True)  # every rank gets here; end in step
     final = dict(module.history[-1]) if module.history else {}
     if trainer.is_global_zero and final:
@@ -103,14 +132,41 @@ def prepare_run_dir(cfg: RunConfig) -> Path:
         raise ConfigError(
             "run_dir", cfg.run_dir, f"cannot write there ({exc.strerror}); choose a writable folder"
         ) from None
+    if _launching_rank():
+        from rocmtrain import run_lock
+
+        other = run_lock.acquire(run_dir)
+        if other is not None:
+            raise ConfigError("run_dir", cfg.run_dir, f"{IN_USE.format(other)}")
     metrics = run_dir / "logs" / "metrics.csv"
     if _launching_rank() and metrics.is_file():
         n = 1
         while (kept := metrics.with_name(f"metrics.attempt{n}.csv")).exists():
             n += 1
         metrics.rename(kept)
+        _KEPT_METRICS.append(kept)
         log.info("resume: the previous attempt's metrics are kept in %s", kept)
     return run_dir
+
+
+#: the previous attempt's metrics.csv as this process renamed it (prepare_run_dir)
+_KEPT_METRICS: list[Path] = []
+
+
+def _put_back_metrics(run_dir: Path) -> None:
+    """Undo prepare_run_dir's rename when the run could not resume (no new metrics written)."""
+    metrics = run_dir / "logs" / "metrics.csv"
+    while _KEPT_METRICS:
+        kept = _KEPT_METRICS.pop()
+        if kept.parent == metrics.parent and kept.is_file() and not metrics.exists():
+            kept.rename(metrics)
+
+
+#: the fix when another run holds the run dir (``{}``: who holds it)
+IN_USE = (
+    "another run ({}) is using this folder; wait for it to end, or give this run its own "
+    "run_dir (leave run_dir out for runs/<recipe>/<date_time>)"
+)
 
 
 def _launching_rank() -> bool:
@@ -197,10 +253,18 @@ def resume_path(cfg: RunConfig) -> str | None:
                 f"a folder with {ckpt.MARKER} (rocmtrain.checkpoint.find_resume picks one)"
             )
         return r
-    found = ckpt.find_resume(Path(cfg.checkpoint.dir))
+    root = Path(cfg.checkpoint.dir)
+    found = ckpt.find_resume(root)
     if found is not None:
         log.info("resuming from %s", found)
         return str(found)
+    skipped = ckpt.list_checkpoints(root)
+    if skipped:  # each was named with its problem by find_resume; say what that means
+        log.warning(
+            "no intact checkpoint under %s (%d skipped): training starts again from step 0",
+            root,
+            len(skipped),
+        )
     return None
 
 

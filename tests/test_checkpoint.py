@@ -146,3 +146,94 @@ def test_marker_without_checksums_is_accepted_with_a_warning(tmp_path, caplog):
         assert ckpt.find_resume(tmp_path) == old
     assert "has no checksums" in caplog.text and str(old) in caplog.text
     assert torch.equal(_read(old)[0], torch.full((64, 4), 1.0))
+
+
+def test_rank_missing_from_the_folder_is_never_marked_complete(tmp_path):
+    """Ranks that see different checkpoint folders (each rank of a Hydra sweep picks its own
+    run_dir): rank 0 finds only its own part and refuses to mark the checkpoint complete."""
+    final = tmp_path / ckpt.checkpoint_name(5)
+    with pytest.raises(RuntimeError, match=r"rank_1\.pt of 2 ranks not written here"):
+        ckpt.write_sharded(
+            final,
+            sharded={"model": {"w": torch.ones(4)}},
+            per_rank={"global_step": 5},
+            rank=0,
+            world_size=2,  # rank 1 "wrote" into another folder: nothing of it here
+            barrier=lambda: None,
+        )
+    assert not final.exists() and ckpt.find_resume(tmp_path) is None
+    assert not list(tmp_path.iterdir())  # no half-written folder left either
+
+
+def test_marker_listing_fewer_ranks_than_its_world_size_is_skipped(tmp_path, caplog):
+    good = _write(tmp_path, 1, 1.0)
+    bad = _write(tmp_path, 2, 2.0)
+    marker = json.loads((bad / ckpt.MARKER).read_text())
+    (bad / ckpt.MARKER).write_text(json.dumps({**marker, "world_size": 2}))
+    with caplog.at_level(logging.WARNING, logger="rocmtrain.checkpoint"):
+        assert ckpt.find_resume(tmp_path) == good
+    assert "rank_1.pt of its 2 ranks" in caplog.text
+
+
+def test_reading_into_another_shape_names_the_tensor_and_both_sizes(tmp_path):
+    path = _write(tmp_path, 1, 1.0)
+    state = {"model": {"w": torch.zeros(32, 4), "b": torch.zeros(4), "new": torch.zeros(2)}}
+    with pytest.raises(ckpt.ResumeError) as err:
+        ckpt.read_sharded(path, sharded=state, rank=0)
+    text = str(err.value)
+    assert "w is [64, 4] there, [32, 4] here; new is not in it" in text, text
+    assert "checkpoint.resume=never" in text and "\n" not in text
+    assert torch.equal(state["model"]["w"], torch.zeros(32, 4))  # nothing loaded
+
+
+FULL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+import torch
+from rocmtrain import checkpoint as ckpt
+
+root = Path(sys.argv[1])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+try:
+    ckpt.write_sharded(
+        root / ckpt.checkpoint_name(2),
+        sharded={"model": {"w": torch.ones(1024, 1024)}},  # 4 MiB: more than the file may hold
+        per_rank={"global_step": 2},
+        rank=0,
+        world_size=1,
+        barrier=lambda: None,
+    )
+except ckpt.CheckpointWriteError as exc:
+    print(exc)
+    sys.exit(3)
+"""
+
+
+def test_a_write_the_filesystem_refuses_is_one_error_and_leaves_nothing(tmp_path):
+    """A real write failure (the file-size limit of the writing process: the filesystem says no
+    as on a full disk, EFBIG instead of ENOSPC) inside DCP's save: one line naming the checkpoint
+    and the reason, no temp or partial folder, the previous checkpoint still the one resumed."""
+    prev = _write(tmp_path, 1, 1.0)
+    p = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(tmp_path)], capture_output=True, text=True
+    )
+    assert p.returncode == 3, p.stderr[-3000:]
+    line = p.stdout.strip()
+    assert "\n" not in line and "step-000000002 not written: File too large" in line, line
+    assert "checkpoint.dir" in line
+    assert sorted(x.name for x in tmp_path.iterdir()) == [prev.name]
+    assert ckpt.find_resume(tmp_path) == prev
+
+
+def test_every_checkpoint_skipped_says_training_starts_from_step_0(tmp_path, caplog):
+    from rocmtrain.config.schema import RunConfig
+    from rocmtrain.train import resume_path
+
+    bad = _write(tmp_path, 1, 1.0)
+    (bad / ckpt.MARKER).unlink()
+    cfg = RunConfig(run_dir=str(tmp_path))
+    cfg.checkpoint.dir = str(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        assert resume_path(cfg) is None
+    assert "(1 skipped): training starts again from step 0" in caplog.text

@@ -225,6 +225,18 @@ BAD = {
         ["run_dir=/proc/rocmtrain/x"],
         ["run_dir='/proc/rocmtrain/x'", "writable"],
     ),
+    # an empty run_dir would put the logs into the current folder and the checkpoints into
+    # /checkpoints (run_dir + "/checkpoints"), where the next such run would resume from
+    "empty_run_dir": (["run_dir="], ["run_dir=''", "run_dir=runs/my_run"]),
+    # every rank re-runs the command line, so each would run the whole sweep on its own
+    "multirun_with_ranks": (
+        ["-m", "trainer.max_epochs=1", "seed=1,2"],
+        ["-m (Hydra multirun) with 2 ranks", "trainer.devices=1"],
+    ),
+    "cpu_ranks_beyond_the_machine": (
+        ["trainer.devices=100000", "dry_run=true"],
+        ["trainer.devices=100000", "core(s); use at most"],
+    ),
     # rocmtrain's kernels have no full Adagrad (dlrm_small's default, fine with fbgemm)
     "kernel_optimizer_unsupported": (
         ["kernel=torch"],
@@ -243,6 +255,14 @@ def test_bad_input_is_one_clear_error(case, cli_runs):
     for needle in BAD[case][1]:
         assert needle in text, (needle, text[-3000:])
     assert not (cli_runs["tmp"] / case).exists()  # a rejected command leaves no run dir
+
+
+@pytest.mark.slow
+def test_empty_run_dir_writes_nothing_into_the_current_folder(cli_runs):
+    assert cli_runs["bad:empty_run_dir"].returncode == 2
+    tmp = cli_runs["tmp"]  # the current folder of every command (gone when they left it empty)
+    left = {p.name for p in tmp.iterdir()} if tmp.exists() else set()
+    assert not {".hydra", "logs", "checkpoints"} & left, left
 
 
 @pytest.mark.slow
@@ -317,3 +337,20 @@ def test_unknown_keys_in_a_typed_group_are_rejected():
     reject_unknown_keys(ok)  # a dict field takes new keys
     with pytest.raises(ConfigError, match="precision.atomics"):
         reject_unknown_keys(bad)
+
+
+def test_a_python_without_the_stack_gets_one_line_saying_activate_the_venv(tmp_path):
+    """``python -m rocmtrain`` from a Python that lacks the training stack (-S: no
+    site-packages, as a system Python without the activated .venv): one line, no traceback."""
+    p = subprocess.run(
+        [sys.executable, "-S", "-m", "rocmtrain", "dry_run=true"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    errors = [ln for ln in p.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and "activate the environment (. .venv/bin/activate" in errors[0]

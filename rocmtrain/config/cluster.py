@@ -28,7 +28,23 @@ CONTAINER_GPUS = ("auto", "rocm", "nvidia", "none")
 #: recipe-name words that mean NVIDIA GPUs (``container.gpu=auto``); every other GPU recipe is
 #: taken as AMD Instinct, what rocmtrain targets
 NVIDIA_RECIPE_WORDS = ("h100", "h200", "a100", "b200", "gb200", "cuda", "nvidia")
+
+
 #: sbatch's accepted --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or UNLIMITED/INFINITE
+def _valid_time(text: str) -> bool:
+    """Slurm's time formats, with minutes and seconds below 60 and, after a day count, hours
+    below 24 (``25:99:99`` matches the pattern but is no time)."""
+    if not _TIME.match(text):
+        return False
+    if text.lower() in ("unlimited", "infinite"):
+        return True
+    days, _, clock = text.rpartition("-")
+    parts = [int(x) for x in clock.split(":")]
+    if days:  # D-H, D-H:M, D-H:M:S
+        return parts[0] < 24 and all(x < 60 for x in parts[1:])
+    return all(x < 60 for x in parts[1:])  # M, M:S, H:M:S: the first is unbounded
+
+
 _TIME = re.compile(
     r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
     r"|UNLIMITED|INFINITE|unlimited|infinite)$"
@@ -216,7 +232,7 @@ class ClusterConfig:
             raise ConfigError("cluster.gpus_per_node", self.gpus_per_node, "use >= 0 or null")
         if self.max_restarts < 0:
             raise ConfigError("cluster.max_restarts", self.max_restarts, "use >= 0")
-        if self.time is not None and not _TIME.match(str(self.time)):
+        if self.time is not None and not _valid_time(str(self.time)):
             raise ConfigError(
                 "cluster.time", self.time, "use Slurm's format: MM, HH:MM:SS or D-HH:MM:SS"
             )

@@ -36,7 +36,24 @@ def _load_preset(name: str, *, field: str, group: str) -> Any:
         raise ConfigError(
             field, name, f"choose a preset of configs/{group}/: {', '.join(_presets(group))}"
         )
-    return OmegaConf.load(path)
+    node = OmegaConf.load(path)
+    if "defaults" not in node:
+        return node
+    # A preset may build on another of its group through a Hydra defaults list; outside Hydra
+    # that list would be read as a field, so compose it here the way Hydra does, in order.
+    parts, own = [], OmegaConf.masked_copy(node, [k for k in node if k != "defaults"])
+    for entry in node.defaults:
+        if entry == "_self_":
+            parts.append(own)
+        elif isinstance(entry, str) and entry != name:
+            parts.append(_load_preset(entry, field=field, group=group))
+        else:
+            raise ConfigError(
+                field, name, f"configs/{group}/{name}.yaml: unsupported defaults entry {entry!r}"
+            )
+    if own not in parts:
+        parts.append(own)
+    return OmegaConf.merge(*parts)
 
 
 def as_config(value: Any, cls: type[T], *, field: str, group: str | None = None) -> T:

@@ -173,6 +173,11 @@ def validate_run_config(cfg: RunConfig) -> None:
     from rocmtrain.config import ConfigError, check_choice
 
     check_choice("kernel", cfg.kernel, KERNELS)
+    for name, value in (("run_dir", cfg.run_dir), ("checkpoint.dir", cfg.checkpoint.dir)):
+        if not str(value).strip():  # Path("") is the current folder, wherever that is
+            raise ConfigError(
+                name, value, "name a folder of this run (run_dir=runs/my_run); empty is not one"
+            )
     if cfg.kernel != "fbgemm":  # rocmtrain's TBE implements a subset of FBGEMM's optimizers
         from rocmtrain.embedding import SUPPORTED_EMBEDDING_OPTIMIZERS as ours
 

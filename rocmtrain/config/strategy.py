@@ -74,6 +74,78 @@ class StrategyConfig:
             )
         check_choice("strategy.backend", self.backend, BACKENDS)
         for name in ("hbm_cap_gb", "ddr_cap_gb"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ConfigError(f"strategy.{name}", value, "use a positive size in GiB or null")
+            check_memory_cap(f"strategy.{name}", getattr(self, name))
+
+
+def check_memory_cap(field: str, value: object) -> None:
+    """A planner memory cap: None, or a positive, finite number of GiB."""
+    if value is None:
+        return
+    if not _is_number(value) or not 0 < value < float("inf"):  # type: ignore[operator]
+        raise ConfigError(field, value, "use a positive size in GiB (e.g. 64) or None")
+
+
+def _is_number(value: object) -> bool:
+    import numbers
+
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+#: process start methods under which TorchRec's sharded modules work: ``fork`` (and forkserver)
+#: would pickle the trainer's module into the child, which a sharded TorchRec model cannot do
+START_METHODS = ("popen", "spawn")
+
+
+def check_strategy_arguments(
+    *,
+    per_table_sharding: object,
+    planner_batch_size: object,
+    semi_sync_start_batch: object,
+    pooling_factors: object,
+    hbm_cap_gb: object,
+    ddr_cap_gb: object,
+    fused_params: object,
+    ddp_kwargs: object,
+    run_dir: object,
+    start_method: object,
+) -> None:
+    """Types and values of ``TorchRecStrategy``'s Python arguments, checked where they enter
+    (the CLI's values are typed by the schema already): one :class:`ConfigError` each."""
+    import numbers
+    import os
+    from collections.abc import Mapping
+
+    for name, value in (
+        ("per_table_sharding", per_table_sharding),
+        ("pooling_factors", pooling_factors),
+        ("fused_params", fused_params),
+        ("ddp_kwargs", ddp_kwargs),
+    ):
+        if value is not None and not isinstance(value, Mapping):
+            raise ConfigError(name, value, "pass a dict (e.g. {'t_cat_0': ...}) or None")
+    for table, kind in (per_table_sharding or {}).items():  # type: ignore[attr-defined]
+        check_choice(f"per_table_sharding.{table}", kind, SHARDING_TYPES[1:])
+    for table, factor in (pooling_factors or {}).items():  # type: ignore[attr-defined]
+        if not _is_number(factor) or factor <= 0:
+            raise ConfigError(f"pooling_factors.{table}", factor, "use a positive number of ids")
+    if planner_batch_size is not None and (
+        not isinstance(planner_batch_size, numbers.Integral)
+        or isinstance(planner_batch_size, bool)
+        or planner_batch_size < 1
+    ):
+        raise ConfigError(
+            "planner_batch_size", planner_batch_size, "use a positive int (per-rank batch) or None"
+        )
+    if (
+        not isinstance(semi_sync_start_batch, int)
+        or isinstance(semi_sync_start_batch, bool)
+        or semi_sync_start_batch < 0
+    ):
+        raise ConfigError(
+            "semi_sync_start_batch", semi_sync_start_batch, "use 0 or a positive batch count"
+        )
+    check_memory_cap("hbm_cap_gb", hbm_cap_gb)
+    check_memory_cap("ddr_cap_gb", ddr_cap_gb)
+    if run_dir == "" or (run_dir is not None and not isinstance(run_dir, (str, os.PathLike))):
+        raise ConfigError("run_dir", run_dir, "pass a folder path (str or pathlib.Path) or None")
+    check_choice("start_method", start_method, START_METHODS)

@@ -124,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as e:
             print(f"rocmtrain doctor: cannot read {file}: {e.strerror}", file=sys.stderr)
             return exit_codes.USAGE
+        try:  # a saved output the doctor cannot read must not turn into a check of this host
+            parse(kind, saved[kind])
+        except ParseError as e:
+            print(f"rocmtrain doctor: --tool-output {kind}={file}: {e}", file=sys.stderr)
+            return exit_codes.USAGE
     inputs = Inputs(headroom_fraction=headroom)
     if saved:
         inputs.run, inputs.live = _saved_runner(saved), False

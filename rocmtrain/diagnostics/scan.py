@@ -38,6 +38,7 @@ PY_EXTS = {".py"}
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "build", "dist", ".tox"}
 SEVERITIES = ("info", "warning", "error")
 ALL_RULES = {r.id: r for r in (*CUDA_RULES, *TRITON_RULES)}
+_SPACE = re.compile(r"\s*")
 _IGNORE = re.compile(r"rocmtrain:\s*ignore(?:\[([\w\-,\s]+)\])?")
 
 
@@ -81,7 +82,7 @@ def scan_source(path: str, src: str) -> list[Finding]:
         seen: set[tuple[int, int, str]] = set()
         for rule in CUDA_RULES:
             for off, _detail in rule.find(code):
-                line, col = index.at(off + len(code[off:]) - len(code[off:].lstrip()))
+                line, col = index.at(_SPACE.match(code, off).end())  # type: ignore[union-attr]
                 if (line, col, rule.id) in seen or _suppressed(rule.id, line, comments, code_lines):
                     continue
                 seen.add((line, col, rule.id))
@@ -105,6 +106,22 @@ def collect_files(paths: list[Path]) -> list[Path]:
         else:
             raise FileNotFoundError(p)
     return out
+
+
+def _sources_only(files: list[Path]) -> tuple[list[Path], list[str]]:
+    """The files the rules can read, and why each other one is skipped (a suffix no rule reads,
+    or binary content)."""
+    keep, skipped = [], []
+    for f in files:
+        if f.suffix.lower() not in C_EXTS | PY_EXTS:
+            skipped.append(f"{f}: not a C/C++/CUDA/HIP or Python source")
+            continue
+        with open(f, "rb") as fh:
+            if b"\0" in fh.read(8192):
+                skipped.append(f"{f}: binary content")
+                continue
+        keep.append(f)
+    return keep, skipped
 
 
 def hipify_stats(files: list[Path]) -> dict | None:
@@ -185,6 +202,17 @@ def main(argv: list[str] | None = None) -> int:
         files = collect_files(args.paths)
     except FileNotFoundError as e:
         print(f"rocmtrain scan: no such file or directory: {e}", file=sys.stderr)
+        return exit_codes.USAGE
+    files, skipped = _sources_only(files)
+    for why in skipped:
+        print(f"rocmtrain scan: skipped {why}", file=sys.stderr)
+    if not files:  # "0 file(s), 0 finding(s)" would read as a clean bill of health
+        where = ", ".join(str(p) for p in args.paths)
+        print(
+            f"rocmtrain scan: nothing to scan in {where}: no C/C++/CUDA/HIP or Python source "
+            f"(suffixes {' '.join(sorted(C_EXTS | PY_EXTS))}); point it at a source file or folder",
+            file=sys.stderr,
+        )
         return exit_codes.USAGE
     findings: list[Finding] = []
     for f in files:

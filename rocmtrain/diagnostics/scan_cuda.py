@@ -7,6 +7,8 @@ names, masks only as sync-intrinsic arguments or MASK macros) so correct wave64 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -54,10 +56,8 @@ def _loop_spans(code: str) -> list[tuple[int, int]]:
     spans = []
     for m in re.finditer(r"\b(?:for|while)\s*\(", code):
         head_end = matching(code, m.end() - 1)
-        rest = code[head_end:]
-        stripped = rest.lstrip()
-        body_start = head_end + len(rest) - len(stripped)
-        if stripped.startswith("{"):
+        body_start = _SPACE.match(code, head_end).end()  # type: ignore[union-attr]
+        if code.startswith("{", body_start):
             spans.append((m.start(), matching(code, body_start, "{}")))
         else:
             semi = code.find(";", body_start)
@@ -81,12 +81,41 @@ def _scopes(code: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _scope_of(code: str, spans: list[tuple[int, int]], off: int) -> str:
-    """The text of the top-level function containing ``off`` (names declared there only)."""
-    for a, b in spans:
-        if a <= off < b:
-            return code[a:b]
-    return code
+_SPACE = re.compile(r"\s*")
+
+
+def _inside(spans: list[tuple[int, int]]) -> Callable[[int], bool]:
+    """``off -> whether a span holds it``, for spans that may nest or overlap: a binary search
+    per offset instead of a pass over every span (a large file has thousands of them)."""
+    ordered = sorted(spans)
+    starts = [a for a, _ in ordered]
+    reach = list(itertools.accumulate((b for _, b in ordered), max))  # furthest end so far
+
+    def holds(off: int) -> bool:
+        k = bisect.bisect_right(starts, off) - 1
+        return k >= 0 and reach[k] > off
+
+    return holds
+
+
+class _ScopeNames:
+    """Names a pattern declares in the top-level function around an offset (the whole file
+    outside any function), each scope searched once however many calls it holds."""
+
+    def __init__(self, code: str, pattern: str) -> None:
+        self.code, self.pattern = code, pattern
+        self.spans = _scopes(code)  # in order, not overlapping
+        self.starts = [a for a, _ in self.spans]
+        self.cache: dict[int, set[str]] = {}
+
+    def at(self, off: int) -> set[str]:
+        k = bisect.bisect_right(self.starts, off) - 1
+        if k < 0 or not off < self.spans[k][1]:
+            k = -1
+        if k not in self.cache:
+            a, b = self.spans[k] if k >= 0 else (0, len(self.code))
+            self.cache[k] = _names(self.code[a:b], self.pattern)
+        return self.cache[k]
 
 
 # a definition of __syncwarp by the user (a shim for HIP before ROCm 7.0), not a call
@@ -101,18 +130,16 @@ def _syncwarp_defs(code: str) -> Iterator[Hit]:
 
 
 def _syncwarp_calls(code: str) -> Iterator[Hit]:
-    defs = [(m.start(), m.end()) for m in _SYNCWARP_DEF.finditer(code)]
+    in_def = _inside([(m.start(), m.end()) for m in _SYNCWARP_DEF.finditer(code)])
     for m in re.finditer(r"\b__syncwarp\s*\(", code):
-        if not any(a <= m.start() < b for a, b in defs):
+        if not in_def(m.start()):
             yield m.start(), m.group(0).strip()
 
 
 def _half_atomics(code: str) -> Iterator[Hit]:
-    spans = _scopes(code)
+    scope = _ScopeNames(code, rf"\b{_HALF}\s*\*\s*(?:__restrict__\s+|const\s+)?(\w+)")
     for off, callee, args in _calls(code, r"atomicAdd\w*|unsafeAtomicAdd"):
-        ptrs = _names(
-            _scope_of(code, spans, off), rf"\b{_HALF}\s*\*\s*(?:__restrict__\s+|const\s+)?(\w+)"
-        )
+        ptrs = scope.at(off)
         target = re.sub(r"^[&(\s]+", "", args[0])
         base = re.match(r"\w+", target)
         if re.search(rf"\(\s*{_HALF}\s*\*\s*\)", args[0]) or (base and base.group(0) in ptrs):
@@ -120,16 +147,16 @@ def _half_atomics(code: str) -> Iterator[Hit]:
 
 
 def _float_atomics_in_loops(code: str) -> Iterator[Hit]:
-    scopes, spans = _scopes(code), _loop_spans(code)
+    scope = _ScopeNames(code, r"\b(?:float|double)\s*\*\s*(?:__restrict__\s+|const\s+)?(\w+)")
+    in_loop = _inside(_loop_spans(code))
     for off, callee, args in _calls(code, r"atomicAdd"):
-        scope = _scope_of(code, scopes, off)
-        ptrs = _names(scope, r"\b(?:float|double)\s*\*\s*(?:__restrict__\s+|const\s+)?(\w+)")
+        ptrs = scope.at(off)
         target = re.sub(r"^[&(\s]+", "", args[0])
         base = re.match(r"\w+", target)
         is_float = re.search(r"\(\s*(?:float|double)\s*\*\s*\)", args[0]) or (
             base and base.group(0) in ptrs
         )
-        if is_float and any(a <= off < b for a, b in spans):
+        if is_float and in_loop(off):
             yield off, f"{callee}({args[0]}, ...) inside a loop"
 
 
@@ -214,9 +241,9 @@ def _assert_spans(code: str) -> list[tuple[int, int]]:
 
 def _warpsize_compares(code: str, *, in_assert: bool) -> Iterator[Hit]:
     """``warpSize == 32`` / ``!= 32`` comparisons, inside (or outside) an assert."""
-    spans = _assert_spans(code)
+    in_assert_call = _inside(_assert_spans(code))
     for m in _WS_CMP_32.finditer(code):
-        inside = any(a <= m.start() < b for a, b in spans)
+        inside = in_assert_call(m.start())
         if inside is in_assert:
             yield m.start(), m.group(0)
 

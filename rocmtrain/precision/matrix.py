@@ -187,11 +187,36 @@ def compare(
 def _load(path: str) -> dict[str, Any]:
     try:
         doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: bad JSON, or bytes that are not UTF-8
         raise SystemExit(f"precision-matrix: cannot read {path}: {e}") from e
-    if doc.get("kind") != "precision-matrix" or "results" not in doc:
+    if not isinstance(doc, dict) or doc.get("kind") != "precision-matrix" or "results" not in doc:
         raise SystemExit(f"precision-matrix: {path} is not a precision-matrix JSON (no 'results')")
     return doc
+
+
+def _output_problem(out: str | None, png: str | None) -> str | None:
+    """Why ``--out`` / ``--png`` cannot be written (None when both can): found before the run.
+    matplotlib would add ``.png`` to a name without it, so a PNG must be named as one."""
+    if png and Path(png).suffix.lower() != ".png":
+        return (
+            f"--png {png} is not a .png file name"
+            + (" (it is a folder)" if Path(png).is_dir() else "")
+            + f"; name the image, e.g. --png {Path(png) / 'precision-matrix.png'}"
+        )
+    for flag, name in (("--out", out), ("--png", png)):
+        if not name:
+            continue
+        path = Path(name)
+        existed = path.exists()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a"):
+                pass
+        except OSError as e:
+            return f"{flag} {name}: cannot write there ({e.strerror}); choose a writable path"
+        if not existed:
+            path.unlink()
+    return None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -253,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.against and not args.compare:
         print("precision-matrix: --against needs --compare BASELINE.json", file=sys.stderr)
         return exit_codes.USAGE
+    # the baseline and the output paths are checked before the matrix runs, not after it
+    base = _load(args.compare) if args.compare else None
+    problem = _output_problem(args.out, args.png)
+    if problem:
+        print(f"precision-matrix: {problem}", file=sys.stderr)
+        return exit_codes.USAGE
     if args.against:
         doc = _load(args.against)
     else:
@@ -287,9 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.png:
         write_png(doc, Path(args.png))
         print(f"wrote {args.png}")
-    if not args.compare:
+    if base is None:
         return exit_codes.OK
-    base = _load(args.compare)
     bad, ok, missing = compare(doc, base, threshold=args.threshold, abs_floor=args.abs_floor)
     bp, np_ = base["platform"], doc["platform"]
     print(

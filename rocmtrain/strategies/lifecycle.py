@@ -126,6 +126,11 @@ class RankLifecycleMixin(ParallelStrategy):
         ours = build_callbacks(self._watchdog_cfg, self._rccl_cfg, self.run_dir)
         kinds = tuple(type(c) for c in ours)
         trainer.callbacks[:] = ours + [c for c in trainer.callbacks if not isinstance(c, kinds)]
+        if self._watchdog_cfg.enabled:
+            # the watchdog names a failed or dead peer and ends this rank with the right code;
+            # Lightning's child watcher would SIGKILL it first whenever a peer exits non-zero
+            # (also a peer that left on its watchdog's word while this rank reports its error)
+            _stop_child_observer()
 
     # -- collectives: heartbeats name a rank that waits in one ----------------------------------
     def _beat(self, phase: str) -> None:
@@ -158,6 +163,7 @@ class RankLifecycleMixin(ParallelStrategy):
         if isinstance(exception, Exception) and isinstance(
             self.launcher, _SubprocessScriptLauncher
         ):
+            _stop_child_observer()
             self.launcher.kill(signal.SIGKILL)
 
     @override
@@ -190,3 +196,15 @@ class RankLifecycleMixin(ParallelStrategy):
             old = {name: before for name, (before, _) in self._env_changes.items()}
             apply_env(old, force=True, source="teardown")
             self._env_changes = {}
+
+
+def _stop_child_observer() -> None:
+    """Lightning's launcher watches its children from a thread, and when one has exited with an
+    error it SIGKILLs this process too (exit 137, read as an OOM kill). Here this process ends
+    the children itself, for its own exception: the watcher must not turn that into a kill of
+    the rank that is reporting the error."""
+    import threading
+
+    for thread in threading.enumerate():
+        if thread.name == "child-process-observer" and hasattr(thread, "_child_processes"):
+            thread._child_processes = []  # its next pass sees no child and ends  # type: ignore[attr-defined]

@@ -35,6 +35,7 @@ GIB = 1024**3
 
 # TorchRec's planner prints a 300-column stats table at INFO; rocmtrain prints its own summary.
 logging.getLogger("torchrec.distributed.planner.stats").setLevel(logging.WARNING)
+log = logging.getLogger(__name__)
 
 
 class PlanError(RuntimeError):
@@ -100,6 +101,22 @@ def table_names(module: nn.Module) -> list[str]:
     return names
 
 
+#: every sharding type but data_parallel (whose tables DDP trains with the dense optimizer)
+SHARDED_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise")
+
+
+def optimized_in_backward(module: nn.Module) -> set[str]:
+    """Tables whose weight has an optimizer from ``apply_optimizer_in_backward``."""
+    names: set[str] = set()
+    for sub in module.modules():
+        if isinstance(sub, EmbeddingBagCollection):
+            for t in sub.embedding_bag_configs():
+                weight = sub.embedding_bags[t.name].weight
+                if getattr(weight, "_in_backward_optimizers", None):
+                    names.add(t.name)
+    return names
+
+
 def sharding_constraints(
     module: nn.Module,
     sharding_type: str = "auto",
@@ -114,11 +131,23 @@ def sharding_constraints(
     if unknown:
         raise PlanError(f"per-table sharding names unknown tables {unknown}")
     out: dict[str, ParameterConstraints] = {}
+    fused = optimized_in_backward(module)
     for name in table_names(module):
         kind = per_table.get(name, sharding_type)
         kwargs: dict = {}
         if kind != "auto":
             kwargs["sharding_types"] = [kind]
+        elif name in fused:
+            # a data-parallel table is trained by the dense optimizer (DDP), so the optimizer
+            # given by apply_optimizer_in_backward would silently not apply: keep it sharded
+            kwargs["sharding_types"] = list(SHARDED_TYPES)
+        if kind == "data_parallel" and name in fused:
+            log.warning(
+                "table %s is data_parallel (as asked): TorchRec trains it with the dense "
+                "optimizer, not the embedding optimizer given by apply_optimizer_in_backward; "
+                "shard it (e.g. table_wise) to keep that optimizer",
+                name,
+            )
         if pooling_factors and name in pooling_factors:
             kwargs["pooling_factors"] = [float(pooling_factors[name])]
         if kwargs:

@@ -70,7 +70,12 @@ from rocmtrain import platform
 from rocmtrain.config import ConfigError, check_choice
 from rocmtrain.config.convert import as_config
 from rocmtrain.config.rccl import RcclConfig
-from rocmtrain.config.strategy import BALANCE_MODES, PIPELINES, SHARDING_TYPES
+from rocmtrain.config.strategy import (
+    BALANCE_MODES,
+    PIPELINES,
+    SHARDING_TYPES,
+    check_strategy_arguments,
+)
 from rocmtrain.config.watchdog import WatchdogConfig
 from rocmtrain.strategies.checkpointing import ShardedCheckpointMixin
 from rocmtrain.strategies.lifecycle import RankLifecycleMixin
@@ -170,17 +175,21 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
         start_method: str = "popen",
     ) -> None:
         check_choice("sharding_type", sharding_type, SHARDING_TYPES)
-        for table, kind in (per_table_sharding or {}).items():
-            check_choice(f"per_table_sharding.{table}", kind, SHARDING_TYPES[1:])
         check_choice("kernel", kernel, KERNELS)
         check_choice("pipeline", pipeline, PIPELINES)
         check_choice("balance", balance, BALANCE_MODES)
-        if semi_sync_start_batch < 0:
-            raise ConfigError(
-                "semi_sync_start_batch", semi_sync_start_batch, "use 0 or a positive batch count"
-            )
-        if planner_batch_size is not None and planner_batch_size < 1:
-            raise ConfigError("planner_batch_size", planner_batch_size, "use a positive batch")
+        check_strategy_arguments(
+            per_table_sharding=per_table_sharding,
+            planner_batch_size=planner_batch_size,
+            semi_sync_start_batch=semi_sync_start_batch,
+            pooling_factors=pooling_factors,
+            hbm_cap_gb=hbm_cap_gb,
+            ddr_cap_gb=ddr_cap_gb,
+            fused_params=fused_params,
+            ddp_kwargs=ddp_kwargs,
+            run_dir=run_dir,
+            start_method=start_method,
+        )
         self._rccl_cfg = as_config(rccl, RcclConfig, field="rccl", group="rccl")
         self._watchdog_cfg = (
             WatchdogConfig(enabled=False)

@@ -324,3 +324,41 @@ def test_doctor_parse_bad_input_is_clear(tmp_path: Path) -> None:
 def test_doctor_parse_missing_file(tmp_path: Path, capsys) -> None:
     assert doctor_main(["parse", "rocminfo", str(tmp_path / "missing.txt")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", ["hello world\n", ""])
+def test_doctor_unreadable_tool_output_is_a_usage_error(tmp_path: Path, capsys, content) -> None:
+    """A saved output that does not parse ends the doctor (exit 2, one line naming the file),
+    instead of silently checking the live host and passing."""
+    f = tmp_path / "rocminfo.txt"
+    f.write_text(content)
+    assert doctor_main(["--tool-output", f"rocminfo={f}"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"rocmtrain doctor: --tool-output rocminfo={f}: "
+    )
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize(
+    ("environ", "name", "status", "needle"),
+    [
+        ({"HIP_VISIBLE_DEVICES": "abc"}, "cluster.visible_devices", "error", "GPU indices"),
+        ({"CUDA_VISIBLE_DEVICES": "0,x"}, "cluster.visible_devices", "error", "UUIDs"),
+        ({"ROCR_VISIBLE_DEVICES": "0, 1"}, "cluster.visible_devices", "ok", ""),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-8a3e-11"}, "cluster.visible_devices", "ok", ""),
+        ({"NCCL_SOCKET_IFNAME": "nosuchif0"}, "env.NCCL_SOCKET_IFNAME", "error", "ip -br link"),
+        ({"NCCL_SOCKET_IFNAME": "lo"}, "env.NCCL_SOCKET_IFNAME", "ok", ""),
+        ({"NCCL_SOCKET_IFNAME": "=l"}, "env.NCCL_SOCKET_IFNAME", "error", "exact =eth0"),
+        ({"NCCL_DEBUG": "garbage"}, "env.NCCL_DEBUG", "warn", "INFO"),
+        ({"NCCL_DEBUG": "info"}, "env.NCCL_DEBUG", "ok", ""),
+    ],
+)
+def test_collective_env_values_are_checked(
+    tmp_path: Path, fixtures_dir: Path, environ, name, status, needle
+) -> None:
+    """Values the runtimes read without complaint but that hide GPUs, select no network
+    interface (this node's real interfaces: it has ``lo``) or set no debug level."""
+    c = _by_name(run_checks(_inputs(tmp_path, fixtures_dir, environ=environ))[1])[name]
+    assert c.status == status and needle in c.fix, c

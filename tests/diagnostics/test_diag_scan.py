@@ -142,3 +142,51 @@ def test_triton_acq_rel_loop_is_info_without_an_unsourced_cost() -> None:
     hits = [f for f in scan_source("t.py", src) if f.rule == "triton-atomic-acq-rel-loop"]
     assert len(hits) == 2 and {f.severity for f in hits} == {"info"}
     assert "flush" not in hits[0].why and "unmeasured" in hits[0].why
+
+
+KERNEL = """
+__global__ void k{i}(float* out, const __half* h, int n) {{
+  __half v = h[threadIdx.x];
+  for (int i = 0; i < n; ++i) {{
+    atomicAdd(&out[i], 1.0f);
+  }}
+  v = __shfl_down_sync(0xffffffff, v, 16);
+}}
+"""
+
+
+def test_scan_time_grows_with_the_file_not_with_its_square(tmp_path: Path) -> None:
+    """Three quarters of a megabyte of kernels inside one namespace (one top-level scope around every call, as
+    in most real CUDA sources) is scanned in seconds: each rule reads a scope once, not once per
+    call it holds. Run as the real command, so a quadratic scan fails on the timeout."""
+    import subprocess
+    import sys
+
+    n = 3000
+    src = tmp_path / "ops.cu"
+    src.write_text("namespace ops {\n" + "".join(KERNEL.format(i=i) for i in range(n)) + "}\n")
+    p = subprocess.run(
+        [sys.executable, "-m", "rocmtrain", "scan", str(src), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=45,  # about 8 s here with the scopes read once; about 2 min when read per call
+    )
+    rules = [f["rule"] for f in json.loads(p.stdout)["findings"]]
+    expected = ["atomic-in-loop", "butterfly-16", "mask-32bit"]
+    assert sorted(set(rules)) == expected and len(rules) == 3 * n, p.stderr[-2000:]
+
+
+def test_nothing_to_scan_is_said_not_reported_clean(tmp_path: Path, capsys) -> None:
+    """An empty folder, a binary or a file no rule reads: one line saying so, exit 2 (not
+    "0 finding(s)", which reads as a clean result)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    binary = tmp_path / "kernel.cu"
+    binary.write_bytes(b"\x7fELF\x00\x01\x02" * 100)
+    other = tmp_path / "notes.bin"
+    other.write_bytes(b"\x00\x01")
+    for path in (empty, binary, other):
+        assert main([str(path)]) == 2
+        out = capsys.readouterr()
+        assert out.out == "" and f"nothing to scan in {path}" in out.err, out
+    assert "kernel.cu: binary content" in (main([str(binary)]), capsys.readouterr().err)[1]

@@ -2,7 +2,8 @@
 
 - Ctrl-C (SIGINT to the terminal's process group, i.e. every rank) during training: the ranks agree,
   write a checkpoint, print "interrupted at step N" and exit 130; rerunning resumes from it.
-- Resuming keeps the first attempt's ``logs/metrics.csv`` (Lightning's CSV logger would delete it).
+- Resuming keeps the first attempt's ``logs/metrics.csv`` (Lightning's CSV logger would delete it);
+  resuming into another model is refused in one line, the metrics left where they were.
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ def test_resume_keeps_the_previous_attempts_metrics(tmp_path):
     run_dir = tmp_path / "run"
     first = _run(run_dir, "trainer.max_epochs=1")
     assert first.returncode == 0, first.stderr[-3000:]
+    # each INFO line once on the console (rank 0's); rank 1's stay in its own log file
+    console = first.stdout + first.stderr
+    assert console.count("precision: mode=32 on cpu") == 1, console[-3000:]
+    assert "precision: mode=32 on cpu" in (run_dir / "train_ddp_process_1.log").read_text()
     rows_first = list(csv.DictReader(open(run_dir / "logs" / "metrics.csv")))
     second = _run(run_dir, "trainer.max_epochs=2")  # resumes from the epoch-1 checkpoint
     assert second.returncode == 0, second.stderr[-3000:]
@@ -90,3 +95,15 @@ def test_resume_keeps_the_previous_attempts_metrics(tmp_path):
     assert list(csv.DictReader(open(kept))) == rows_first
     steps = [int(r["step"]) for r in csv.DictReader(open(run_dir / "logs" / "metrics.csv"))]
     assert steps and min(steps) >= max(int(r["step"]) for r in rows_first)  # continues, no restart
+
+    # resuming into another embedding optimizer (its state has another shape; a changed table
+    # size is covered in test_checkpoint): one line naming the tensor, both sizes and what to do,
+    # exit 2, and the metrics where they were (the run never started)
+    metrics = (run_dir / "logs" / "metrics.csv").read_text()
+    third = _run(run_dir, "trainer.max_epochs=3", "model.embedding_optimizer=rowwise_adagrad")
+    errors = [ln for ln in third.stderr.splitlines() if "error:" in ln]
+    assert third.returncode == 2 and len(errors) == 1, third.stderr[-3000:]
+    assert "momentum1 is [2000, 16] there, [2000] here" in errors[0], errors
+    assert "checkpoint.resume=never" in errors[0] and "Traceback" not in third.stderr
+    assert (run_dir / "logs" / "metrics.csv").read_text() == metrics
+    assert not (run_dir / "logs" / "metrics.attempt2.csv").exists()

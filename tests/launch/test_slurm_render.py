@@ -157,6 +157,9 @@ def test_requeue_disabled_renders_no_scontrol(tmp_path: Path) -> None:
     [
         ("kind", "pbs", "local, slurm"),
         ("time", "2h", "HH:MM:SS"),
+        ("time", "25:99:99", "HH:MM:SS"),
+        ("time", "1-24:00:00", "HH:MM:SS"),
+        ("time", "90:60", "HH:MM:SS"),
         ("signal", "USR1 @ 90", "B:USR1@300"),
         ("signal", "B:TERM@300", "TERM@300"),
         ("mem", "lots", "480G"),
@@ -171,6 +174,11 @@ def test_cluster_config_errors_name_field_and_fix(field: str, value: object, mat
     with pytest.raises(ConfigError, match=match) as err:
         c.validate()
     assert "cluster." in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["30", "90:30", "25:59:59", "100:00:00", "2-23:59:59", "1-0"])
+def test_slurm_times_in_range_are_accepted(value: str) -> None:
+    ClusterConfig(kind="slurm", time=value).validate()
 
 
 def test_fabricated_env_var_is_refused(tmp_path: Path) -> None:

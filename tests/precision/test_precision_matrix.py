@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -203,3 +204,33 @@ def test_committed_cpu_baseline_is_complete():
     doc = json.loads((REPO / "rocmtrain" / "precision" / "baselines" / "cpu.json").read_text())
     assert set(doc["results"]) == {op.name for op in OPS}
     assert doc["platform"]["backend"] == "cpu" and "model_drift" in doc
+
+
+def test_bad_output_and_baseline_paths_fail_before_the_matrix_runs(tmp_path, capsys, monkeypatch):
+    """A folder as --png, an unwritable --out, a binary or missing --compare: one line, before
+    any op is measured (the matrix itself is never reached), and nothing claimed as written."""
+    ran: list[str] = []
+    real_run_matrix = matrix.run_matrix
+    monkeypatch.setattr(
+        matrix, "run_matrix", lambda **kw: ran.append("ran") or real_run_matrix(**kw)
+    )
+    folder = tmp_path / "plots"
+    folder.mkdir()
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    binary = tmp_path / "base.json"
+    binary.write_bytes(b"\xff\xfe\x00\x81" * 64)
+    base = ["--device", "cpu", "--ops", "exp"]
+    assert matrix.main([*base, "--png", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert f"--png {folder} is not a .png file name (it is a folder)" in err and "wrote" not in err
+    if os.geteuid() != 0:  # root writes into a read-only folder
+        assert matrix.main([*base, "--out", str(locked / "m.json")]) == 2
+        assert "cannot write there (Permission denied)" in capsys.readouterr().err
+    assert matrix.main([*base, "--out", "/proc/m.json"]) == 2
+    assert "--out /proc/m.json: cannot write there" in capsys.readouterr().err
+    for bad in (binary, tmp_path / "missing.json"):
+        with pytest.raises(SystemExit, match=f"cannot read {bad}"):
+            matrix.main([*base, "--compare", str(bad)])
+    assert ran == [] and not list(folder.iterdir())

@@ -5,7 +5,7 @@ strategy by name. Run by test_strategy_plain_lightning.py as a real 2-process jo
 
 ``object`` passes ``TorchRecStrategy(sharding_type="table_wise", watchdog={"hang_timeout_seconds":
 15})`` instead of a name; ``stall[=N]`` makes rank 1 stop making progress inside ``training_step``
-at step N (default 3). Lightning starts rank 1 by re-running this script (its subprocess launcher), like ``ddp``.
+at step N (default 3); ``raise0`` makes rank 0 alone raise at step 3, then clean up for a few seconds. Lightning starts rank 1 by re-running this script (its subprocess launcher), like ``ddp``.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ F, ROWS, D = 4, 64, 8
 class TinyRec(pl.LightningModule):
     """Any LightningModule holding an EmbeddingBagCollection (tables on the meta device)."""
 
-    def __init__(self, stall_at: int | None = None) -> None:
+    def __init__(self, stall_at: int | None = None, raise_at: int | None = None) -> None:
         super().__init__()
         self.stall_at = stall_at
+        self.raise_at = raise_at
         tables = [
             EmbeddingBagConfig(
                 name=f"t{i}", embedding_dim=D, num_embeddings=ROWS, feature_names=[f"f{i}"]
@@ -46,6 +47,8 @@ class TinyRec(pl.LightningModule):
         self.losses: list[float] = []
 
     def training_step(self, batch, batch_idx):
+        if self.global_rank == 0 and self.global_step == self.raise_at:
+            raise RuntimeError("rank 0 fails alone")
         if self.global_rank == 1 and self.global_step == self.stall_at:
             print("rank 1 stalls in training_step", file=sys.stderr, flush=True)
             time.sleep(600)
@@ -79,6 +82,7 @@ def main() -> None:
     atexit.register(_record_group_at_exit, out, rank)
     stalls = [a for a in sys.argv[3:] if a.startswith("stall")]
     stall_at = int(stalls[0].partition("=")[2] or 3) if stalls else None
+    raise_at = 3 if "raise0" in sys.argv[3:] else None
     strategy: object = name
     if name == "object":
         strategy = rocmtrain.TorchRecStrategy(
@@ -89,7 +93,7 @@ def main() -> None:
     ids = torch.randint(0, ROWS, (2048, F), generator=g)
     y = (ids[:, 0] < ROWS // 2).float()  # the label is a function of feature f0's id
     loader = DataLoader(TensorDataset(ids, y), batch_size=64, shuffle=False)
-    model = TinyRec(stall_at=stall_at)
+    model = TinyRec(stall_at=stall_at, raise_at=raise_at)
     trainer = pl.Trainer(
         strategy=strategy,
         accelerator="cpu",
@@ -100,7 +104,11 @@ def main() -> None:
         enable_checkpointing=False,
         enable_model_summary=False,
     )
-    trainer.fit(model, loader)
+    try:
+        trainer.fit(model, loader)
+    finally:
+        if raise_at is not None:  # the script's own cleanup (uploading logs ...) takes a while
+            time.sleep(7)
     rank[0] = trainer.global_rank
     strategy = trainer.strategy
     plan = {

@@ -77,3 +77,91 @@ def test_one_gpu_decision(monkeypatch):
     assert not platform.is_gpu_run("auto")
     assert TorchRecStrategy(pipeline="auto").uses_pipeline("gpu")
     assert not TorchRecStrategy(pipeline="auto").uses_pipeline("auto")
+
+
+@pytest.mark.parametrize("preset", ["default", "strict", "off", "files"])
+def test_every_watchdog_preset_name_is_accepted(preset):
+    """The presets that build on ``default`` through a defaults list load outside Hydra too, with
+    the values Hydra composes for ``watchdog=<preset>``."""
+    from test_cli import compose
+
+    assert (
+        TorchRecStrategy(watchdog=preset).watchdog_config
+        == compose("dlrm_mi300", f"watchdog={preset}").watchdog
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"hbm_cap_gb": "lots"}, "hbm_cap_gb='lots'"),
+        ({"hbm_cap_gb": -1}, "hbm_cap_gb=-1"),
+        ({"ddr_cap_gb": float("nan")}, "ddr_cap_gb=nan"),
+        ({"start_method": "fork"}, "start_method='fork'"),
+        ({"per_table_sharding": ["t_cat_0"]}, "per_table_sharding=['t_cat_0']"),
+        ({"planner_batch_size": "32"}, "planner_batch_size='32'"),
+        ({"ddp_kwargs": "static_graph"}, "ddp_kwargs='static_graph'"),
+        ({"run_dir": 123}, "run_dir=123"),
+        ({"run_dir": ""}, "run_dir=''"),
+        ({"semi_sync_start_batch": "0"}, "semi_sync_start_batch='0'"),
+        ({"pooling_factors": {"t_cat_0": "many"}}, "pooling_factors.t_cat_0='many'"),
+    ],
+)
+def test_bad_python_arguments_are_one_config_error(kwargs, needle):
+    """A wrong type or value through the Python API is one ConfigError at construction naming
+    the argument and the fix, not a TypeError (or a failure at fit) from deep inside."""
+    with pytest.raises(ConfigError) as err:
+        TorchRecStrategy(**kwargs)
+    assert needle in str(err.value) and "is invalid:" in str(err.value), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_registered_spawn_strategies_still_construct():
+    assert TorchRecStrategy(start_method="spawn")._start_method == "spawn"
+
+
+def _small_tables(fused: bool):
+    import torch
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    tables = [
+        EmbeddingBagConfig(
+            name=f"t{i}", embedding_dim=8, num_embeddings=64, feature_names=[f"f{i}"]
+        )
+        for i in range(4)
+    ]
+    ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
+    if fused:
+        apply_optimizer_in_backward(torch.optim.Adagrad, ebc.parameters(), {"lr": 0.5})
+    return torch.nn.Sequential(ebc)
+
+
+def _plan_types(model) -> dict[str, str]:
+    plan = TorchRecStrategy(balance="off").plan_for(
+        model,
+        world_size=2,
+        local_world_size=2,
+        compute_device="cuda",  # a fake topology
+    )
+    return {t: ps.sharding_type for m in plan.plan.values() for t, ps in m.items()}
+
+
+def test_planner_keeps_tables_with_an_embedding_optimizer_sharded():
+    """Left to itself the planner makes small tables data-parallel, where DDP trains them with
+    the dense optimizer and the one given by apply_optimizer_in_backward silently does nothing;
+    with the strategy's constraint they stay sharded (tables without one are left to it)."""
+    assert "data_parallel" not in _plan_types(_small_tables(fused=True)).values()
+    assert set(_plan_types(_small_tables(fused=False)).values()) == {"data_parallel"}
+
+
+def test_asked_for_data_parallel_with_an_embedding_optimizer_warns(caplog):
+    import logging
+
+    from rocmtrain.strategies.planning import sharding_constraints
+
+    with caplog.at_level(logging.WARNING, logger="rocmtrain.strategies.planning"):
+        sharding_constraints(_small_tables(fused=True), "data_parallel")
+    assert "table t0 is data_parallel (as asked)" in caplog.text
+    assert "apply_optimizer_in_backward" in caplog.text

@@ -39,6 +39,9 @@ def test_plain_lightning_script_swaps_the_strategy_in(tmp_path, strategy):
     proc = _run(tmp_path, strategy)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _warned_fake_knob(proc.stderr), proc.stderr[-3000:]
+    # the strategy's INFO lines reach a script that configured no logging, once (rank 0's)
+    assert proc.stderr.count("sharding plan:") == 1, proc.stderr[-3000:]
+    assert "watchdog: rank 0/2" in proc.stderr and "watchdog: rank 1/2" not in proc.stderr
     ranks = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(2)]
     for r, res in enumerate(ranks):
         assert res["rank"] == r and res["world_size"] == 2
@@ -79,3 +82,11 @@ def test_plain_lightning_script_names_the_stuck_rank_and_exits_75(
     # start-up (imports, 2 ranks, gloo, planner) + the hang timeout + report, on a loaded 2-core box
     assert took < limit_s, took
     assert _warned_fake_knob(proc.stderr)
+
+
+def test_rank_0_failing_alone_exits_1_not_killed(tmp_path):
+    """Rank 0 raises and ends its peer; its own cleanup takes a few seconds. Lightning's child
+    watcher must not then SIGKILL it for the peer it ended itself (137 reads as an OOM kill)."""
+    proc = _run(tmp_path, "object", "raise0", timeout=200)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "rank 0 fails alone" in proc.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from rocmtrain.diagnostics.checks import gpu, system, versions
+from rocmtrain.diagnostics.checks import collective_env, gpu, system, versions
 from rocmtrain.diagnostics.checks.base import (
     STATUSES,
     Check,
@@ -15,7 +15,7 @@ from rocmtrain.diagnostics.checks.base import (
 
 log = logging.getLogger(__name__)
 
-ALL_CHECKS = (*gpu.CHECKS, *versions.CHECKS, *system.CHECKS)
+ALL_CHECKS = (*gpu.CHECKS, *versions.CHECKS, *system.CHECKS, *collective_env.CHECKS)
 
 
 def run_checks(inputs: Inputs, facts: GpuFacts | None = None) -> tuple[GpuFacts, list[Check]]:

@@ -98,6 +98,8 @@ def check_rccl_conf(facts: GpuFacts, inputs: Inputs) -> Check:
 
 
 _VIS = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+_DEVICE = r"(-?\d+|GPU-[\w-]+|MIG-[\w/-]+)"  # index (-1 hides all), or a UUID
+_DEVICE_LIST = re.compile(rf"{_DEVICE}(\s*,\s*{_DEVICE})*")
 # What an empty value does. ROCm: HIP (clr rocclr/device/rocm/rocdevice.cpp, Device::init) takes
 # HIP_VISIBLE_DEVICES only when non-empty, else CUDA_VISIBLE_DEVICES, and applies the list only
 # when it is non-empty, so an empty HIP_/CUDA_VISIBLE_DEVICES filters nothing; ROCr
@@ -122,6 +124,16 @@ def check_visible_devices(facts: GpuFacts, inputs: Inputs) -> Check:
             f"an empty {hiding[0]} hides every GPU"
             + (" (ROCr filters below HIP)" if amd else "")
             + f"; unset it or list the GPUs ({hiding[0]}=0,1,...)",
+        )
+    # the runtimes stop at the first entry that is neither an index nor a GPU UUID: "abc" hides
+    # every GPU, "0,x" all but GPU 0
+    unreadable = [k for k, v in set_vars.items() if v and not _DEVICE_LIST.fullmatch(v.strip())]
+    if unreadable:
+        return Check(
+            "cluster.visible_devices",
+            "error",
+            ev,
+            f"{', '.join(unreadable)}: use GPU indices (0,1,2) or UUIDs (GPU-...), or unset it",
         )
     ignored = [k for k in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if set_vars.get(k) == ""]
     nonempty = {k: v for k, v in set_vars.items() if v != ""}
