@@ -1,0 +1,445 @@
+"""Chaos run: one training job under a requeue loop meets many faults and must end exactly where an
+uninterrupted job of the same seed ends.
+
+    python scripts/chaos.py --faults 50 --out /tmp/chaos      # the full run (see BENCHMARKS.md)
+    python scripts/chaos.py --faults 6 --short --out /tmp/c   # one of each kind (the CI test)
+
+The job is the real CLI (``python -m rocmtrain``, CPU, 2 gloo ranks), each rank its own process as
+an srun task is (``MASTER_ADDR``/``MASTER_PORT``/``LOCAL_RANK`` in its environment; the port stays
+the same across restarts, as a Slurm job's does). The loop acts as a batch script with requeue:
+the same command on the same ``run_dir``, relaunched when a rank exits 75 (hang, preemption) or a
+rank died. After a rank exits non-zero the others get a grace period to exit on their own, then
+SIGKILL (srun's ``--kill-on-bad-exit``). An uninterrupted reference job with the same seed runs
+alongside. Faults, one at a time at a random step (seeded; the step is read from the watchdog's
+heartbeat files):
+
+  sigkill  SIGKILL one rank: the other rank's watchdog sees it gone and exits 75
+  sigstop  SIGSTOP one rank (a hang): the watchdog names it in hang_report.json and exits 75
+  sigterm  SIGTERM the job (every rank, or one): checkpoint at an agreed step, exit 75
+  corrupt  the job dies (SIGKILL) right after a checkpoint, which then loses its tail or one bit:
+           the restart skips it and resumes from the one before
+  enospc   the checkpoint filesystem (a small tmpfs) fills up before a save: the job stops, and
+           once space is freed it resumes from the last good checkpoint
+  port     at a restart the rendezvous port is held by a stale listener for a while
+
+At the end the run's per-step loss (both ranks, carried in the checkpoints), every per-step
+loss/grad-norm row any attempt logged, and the final checkpoint's tensors are compared with the
+reference's: equal bit for bit. Exit 0 when every fault was survived and everything is equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from chaos_compare import compare_runs  # noqa: E402
+from chaos_job import (  # noqa: E402
+    Job,
+    PortSquatter,
+    Tmpfs,
+    attempts_of,
+    checkpoint_bytes,
+    damage_checkpoint,
+    free_port,
+    hang_reports,
+    heartbeat_step,
+)
+
+KINDS = ("sigkill", "sigstop", "sigterm", "corrupt", "enospc", "port")
+REQUEUE = 75
+
+
+@dataclass
+class Settings:
+    out: Path
+    faults: int = 50
+    seed: int = 0
+    epochs: int = 2
+    batches: int = 160
+    """Train batches per epoch per rank."""
+    every: int = 5
+    """Checkpoint every N steps: a resume repeats at most N - 1 steps."""
+    hang_timeout_s: float = 6.0
+    grace_s: float = 45.0
+    """How long the other ranks may take to exit on their own after one rank's bad exit."""
+    port_hold_s: float = 20.0
+    attempt_timeout_s: float = 600.0
+
+    @property
+    def total_steps(self) -> int:
+        return self.epochs * self.batches
+
+
+@dataclass
+class Fault:
+    kind: str
+    attempt: int
+    detail: str = ""
+    at_step: int = -1
+    survived: bool = False
+    why: str = ""
+    skipped: str = ""
+    """The damaged checkpoint the next attempt must skip (``corrupt``)."""
+
+
+@dataclass
+class Attempt:
+    name: str
+    resumed_from: int
+    last_step: int = -1
+    codes: list = field(default_factory=list)
+    killed: list = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def job_args(run_dir: Path, ckpt_dir: Path, s: Settings) -> list[str]:
+    """The job's command line (the reference's differs only in its folders)."""
+    return [
+        f"run_dir={run_dir}",
+        f"checkpoint.dir={ckpt_dir}",
+        f"seed={s.seed}",
+        f"trainer.max_epochs={s.epochs}",
+        f"data.num_train_batches={s.batches}",
+        "data.num_val_batches=2",
+        "data.batch_size=64",
+        "trainer.progress_bar=false",
+        "trainer.log_every_n_steps=1",
+        "precision.grad_health.log_every_n_steps=1",
+        f"checkpoint.every_n_train_steps={s.every}",
+        "checkpoint.keep_last=3",
+        "monitor.enabled=false",
+        # the harness reads the step from the heartbeat files; the hang timeout is short so a
+        # stopped rank is found in seconds (fixed: a learned one needs 20 steps per attempt)
+        "watchdog.heartbeat_channel=files",
+        "watchdog.poll_interval_seconds=0.25",
+        f"watchdog.hang_timeout_seconds={s.hang_timeout_s}",
+        "watchdog.learn_timeout_from_step_times=false",
+        "watchdog.collect_timeout_seconds=2",
+    ]
+
+
+def schedule(s: Settings, rng: random.Random) -> deque[str]:
+    """One of each kind first (shuffled), then random kinds; a port fault needs a restart, so
+    the list never starts with one."""
+    first = list(KINDS)
+    rng.shuffle(first)
+    plan = (first + [rng.choice(KINDS) for _ in range(max(0, s.faults - len(KINDS)))])[: s.faults]
+    if plan and plan[0] == "port" and len(plan) > 1:
+        plan[0], plan[1] = plan[1], plan[0]
+    return deque(plan)
+
+
+# -- checkpoints, seen from outside ---------------------------------------------------------------
+def checkpoints(root: Path) -> list[tuple[int, Path]]:
+    from rocmtrain import checkpoint as ckpt
+
+    return [(int(p.name.split("-")[1]), p) for p in ckpt.list_checkpoints(root)]
+
+
+def intact(path: Path) -> bool:
+    """Fully checked (sizes and sha256), never from a cache: files change under the harness."""
+    from rocmtrain import checkpoint as ckpt
+
+    marker = ckpt.read_marker(path)
+    return ckpt.size_problem(path, marker) is None and ckpt.checksum_problem(path, marker) is None
+
+
+def resume_step(root: Path) -> int:
+    """The step the next attempt must resume from: the newest intact checkpoint's, else 0."""
+    return next((step for step, p in reversed(checkpoints(root)) if intact(p)), 0)
+
+
+def newest_step(root: Path) -> int:
+    """The newest completely written checkpoint's step (sizes only: cheap enough to poll)."""
+    from rocmtrain import checkpoint as ckpt
+
+    return max((step for step, p in checkpoints(root) if ckpt.is_complete(p)), default=0)
+
+
+# -- the faults -----------------------------------------------------------------------------------
+def others_exited_requeue(job: Job, codes: list[int], culprit: int | None) -> str:
+    """'' when every rank but ``culprit`` exited 75 by itself; else what happened."""
+    bad = [
+        f"rank {r} exit {c}" + (" (killed by the harness)" if r in job.killed else "")
+        for r, c in enumerate(codes)
+        if r != culprit and (c != REQUEUE or r in job.killed)
+    ]
+    return "; ".join(bad)
+
+
+def inject(fault: Fault, job: Job, s: Settings, ctx: dict, rng: random.Random) -> list[int]:
+    """Do ``fault`` to the running ``job``; wait for its end; set ``survived``; return codes."""
+    kind = fault.kind
+    if kind in ("sigkill", "sigstop"):
+        rank = rng.randrange(job.world)
+        fault.detail = f"rank {rank}"
+        job.signal(rank, signal.SIGKILL if kind == "sigkill" else signal.SIGSTOP)
+        codes = job.finish(grace_s=s.grace_s, stopped={rank} if kind == "sigstop" else set())
+        fault.why = others_exited_requeue(job, codes, rank)
+        if kind == "sigstop":
+            named = [r["stuck_ranks"] for r in hang_reports(ctx["run_dir"], ctx["seen"])]
+            if [rank] not in named:
+                fault.why += f"; hang reports name {named}, not [{rank}]"
+        return codes
+    if kind == "sigterm":
+        before = newest_step(ctx["ckpt_dir"])
+        ranks = list(range(job.world)) if rng.random() < 0.5 else [rng.randrange(job.world)]
+        fault.detail = "every rank" if len(ranks) == job.world else f"rank {ranks[0]} only"
+        for r in ranks:
+            job.signal(r, signal.SIGTERM)
+        codes = job.finish(grace_s=s.grace_s)
+        fault.why = others_exited_requeue(job, codes, None)
+        after = newest_step(ctx["ckpt_dir"])
+        if after <= before:
+            fault.why += f"; no preemption checkpoint (newest still step {after})"
+        return codes
+    if kind == "corrupt":
+        return _corrupt(fault, job, s, ctx, rng)
+    if kind == "enospc":
+        return _enospc(fault, job, s, ctx)
+    raise ValueError(kind)
+
+
+def _corrupt(fault: Fault, job: Job, s: Settings, ctx: dict, rng: random.Random) -> list[int]:
+    root = ctx["ckpt_dir"]
+    base = newest_step(root)
+    deadline = time.monotonic() + s.attempt_timeout_s
+    while newest_step(root) <= base and job.running() == list(range(job.world)):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    job.kill_all()  # the node is lost right after the save
+    step, path = max(((st, p) for st, p in checkpoints(root) if intact(p)), default=(0, None))
+    if path is None or step <= base:
+        fault.why = "no new checkpoint to damage"
+        return job.codes()
+    fault.detail = f"step {step}: " + damage_checkpoint(path, rng)
+    fault.skipped = path.name
+    return job.codes()
+
+
+def _enospc(fault: Fault, job: Job, s: Settings, ctx: dict) -> list[int]:
+    fs: Tmpfs = ctx["tmpfs"]
+    done = [p for _, p in checkpoints(ctx["ckpt_dir"]) if intact(p)]
+    size = checkpoint_bytes(done[-1]) if done else 1 << 20
+    filled = fs.fill(leave_bytes=size // 2)
+    fault.detail = (
+        f"filled {filled >> 20} MiB, {size // 2 >> 10} KiB left for a {size >> 10} KiB save"
+    )
+    codes = job.finish(grace_s=s.grace_s)
+    fs.free()  # the operator frees space before the job is resubmitted
+    bad = [r for r in job.killed]
+    text = "".join(job.log_text(r) for r in range(job.world))
+    problems = []
+    if bad:
+        problems.append(f"ranks {bad} did not exit by themselves")
+    if all(c == 0 for c in codes):
+        problems.append("the job ended 0: the save did not fail")
+    if "No space left on device" not in text:
+        problems.append("no rank said 'No space left on device'")
+    fault.why = "; ".join(problems)
+    return codes
+
+
+def check_restart(job: Job, expected_step: int, skipped: str | None) -> str:
+    """'' when rank 0's log shows the resume the harness expects (and the skipped checkpoint)."""
+    text = job.log_text(0)
+    problems = []
+    if skipped and not re.search(rf"skipping checkpoint \S*{skipped}", text):
+        problems.append(f"did not skip the damaged {skipped}")
+    found = re.search(r"resuming from \S*step-(\d+)", text)
+    got = int(found.group(1)) if found else 0
+    if got != expected_step:
+        problems.append(f"resumed from step {got}, the newest intact checkpoint is {expected_step}")
+    return "; ".join(problems)
+
+
+# -- the requeue loop -----------------------------------------------------------------------------
+def wait_for_step(job: Job, run_dir: Path, seen: set[str], target: int, timeout_s: float) -> int:
+    """Poll the heartbeat files until a rank reached ``target`` (or the job ended); the step."""
+    deadline = time.monotonic() + timeout_s
+    step = -1
+    while job.running() == list(range(job.world)) and time.monotonic() < deadline:
+        step = heartbeat_step(run_dir, seen)
+        if step >= target:
+            break
+        time.sleep(0.02)
+    return step
+
+
+def hold_port(port: int, seconds: float) -> Fault:
+    squatter = PortSquatter(port)
+    threading.Timer(seconds, squatter.release).start()
+    return Fault("port", -1, detail=f"port {port} held by a stale listener for {seconds:.0f} s")
+
+
+def chaos_loop(s: Settings, ctx: dict, rng: random.Random, say) -> tuple[list, list]:
+    """Run the job under faults until it completes; returns (faults, attempts)."""
+    plan, faults, attempts = schedule(s, rng), [], []
+    pending_skip = ""
+    while len(attempts) < 4 * s.faults + 10:
+        n = len(attempts)
+        port_fault = (
+            hold_port(ctx["port"], s.port_hold_s) if plan and plan[0] == "port" and n else None
+        )
+        if port_fault:
+            plan.popleft()
+            port_fault.attempt = n
+            faults.append(port_fault)
+        start = resume_step(ctx["ckpt_dir"])
+        ctx["seen"] = attempts_of(ctx["run_dir"])
+        job = Job(ctx["args"], 2, ctx["port"], ctx["logs"], f"attempt{n:03d}").start()
+        attempt = Attempt(job.name, start)
+        attempts.append(attempt)
+        fault = Fault(plan.popleft(), n) if plan and plan[0] != "port" else None
+        if fault is not None:
+            target = min(start + rng.randint(2, 3 * s.every), s.total_steps - 2)
+            fault.at_step = wait_for_step(
+                job, ctx["run_dir"], ctx["seen"], target, s.attempt_timeout_s
+            )
+            if job.running() == list(range(job.world)):
+                faults.append(fault)
+                codes = inject(fault, job, s, ctx, rng)
+            else:  # the job ended on its own before the fault: put it back
+                plan.appendleft(fault.kind)
+                fault = None
+        if fault is None:
+            codes = job.finish(grace_s=s.grace_s)
+        attempt.codes, attempt.killed = codes, sorted(job.killed)
+        attempt.seconds = round(time.monotonic() - job.started, 1)
+        attempt.last_step = heartbeat_step(ctx["run_dir"], ctx["seen"])
+        restart = check_restart(job, start, pending_skip)
+        for f in faults:  # the fault that led to this attempt answers for how it resumed
+            if f.attempt == n - 1 and f.kind != "port" and restart:
+                f.why = "; ".join(x for x in (f.why, f"restart: {restart}") if x)
+        if port_fault:
+            port_fault.why = (
+                "" if job.codes()[0] != 2 else "the rank hosting the store gave up (exit 2)"
+            )
+            port_fault.survived = not port_fault.why
+        if fault is not None:
+            fault.survived = not fault.why
+        pending_skip = fault.skipped if fault is not None else ""
+        say(
+            f"{job.name}: from step {start}, {fault.kind if fault else 'no fault'}"
+            f"{' + port' if port_fault else ''} at step {fault.at_step if fault else '-'} "
+            f"{fault.detail if fault else ''} -> exit {codes} in {attempt.seconds} s"
+            + (f" NOT SURVIVED: {fault.why}" if fault and fault.why else "")
+        )
+        if fault is None and codes == [0] * job.world and not plan:
+            return faults, attempts
+        if fault is None and all(c == 0 for c in codes):
+            say("the job completed before every fault was injected")
+            return faults, attempts
+    return faults, attempts
+
+
+def steps_recomputed(attempts: list[Attempt]) -> int:
+    """Steps trained again after a restart: each attempt's last step past the next one's start."""
+    return sum(
+        max(0, a.last_step - b.resumed_from) for a, b in zip(attempts, attempts[1:], strict=False)
+    )
+
+
+def run(s: Settings, say=print) -> dict:
+    rng = random.Random(s.seed)
+    out = s.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    ref_dir, run_dir = out / "reference", out / "run"
+    tmpfs = Tmpfs(out / "ckpt_fs", size_mb=48)
+    try:
+        ctx = dict(
+            run_dir=run_dir,
+            ckpt_dir=tmpfs.path / "checkpoints",
+            tmpfs=tmpfs,
+            port=free_port(),
+            logs=out / "logs",
+        )
+        ctx["args"] = job_args(run_dir, ctx["ckpt_dir"], s)
+        ref = Job(
+            job_args(ref_dir, ref_dir / "checkpoints", s), 2, free_port(), out / "logs", "reference"
+        ).start()
+        faults, attempts = chaos_loop(s, ctx, rng, say)
+        ref_codes = ref.finish(grace_s=s.grace_s)
+        comparison = compare_runs(ref_dir / "checkpoints", ctx["ckpt_dir"], ref_dir, run_dir)
+    finally:
+        tmpfs.close()
+    injected = len(faults)
+    survived = sum(f.survived for f in faults)
+    report = dict(
+        settings={k: str(v) for k, v in asdict(s).items()},
+        wall_seconds=round(time.monotonic() - t0, 1),
+        faults_injected=injected,
+        faults_survived=survived,
+        by_kind={
+            k: [sum(f.kind == k for f in faults), sum(f.kind == k and f.survived for f in faults)]
+            for k in KINDS
+        },
+        attempts=len(attempts),
+        steps_recomputed=steps_recomputed(attempts),
+        reference_exit=ref_codes,
+        final_exit=attempts[-1].codes if attempts else None,
+        comparison=comparison,
+        faults=[asdict(f) for f in faults],
+        attempt_log=[asdict(a) for a in attempts],
+    )
+    report["ok"] = (
+        injected >= s.faults
+        and survived == injected
+        and ref_codes == [0, 0]
+        and report["final_exit"] == [0, 0]
+        and comparison["identical"]
+    )
+    (out / "chaos_report.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def summary(r: dict) -> str:
+    c = r["comparison"]
+    kinds = ", ".join(f"{k} {s}/{n}" for k, (n, s) in r["by_kind"].items())
+    lines = [
+        f"chaos: {r['faults_survived']}/{r['faults_injected']} faults survived ({kinds}); "
+        f"{r['attempts']} attempts, {r['steps_recomputed']} steps recomputed, {r['wall_seconds']} s",
+        f"chaos: vs the uninterrupted run: {c['summary']}",
+        f"chaos: {'OK' if r['ok'] else 'FAILED'}",
+    ]
+    lines += [
+        f"  not survived: {f['kind']} at step {f['at_step']} ({f['detail']}): {f['why']}"
+        for f in r["faults"]
+        if not f["survived"]
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True, help="working folder (reports, logs, runs)")
+    p.add_argument("--faults", type=int, default=50)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batches", type=int, default=None, help="train batches per epoch per rank")
+    p.add_argument("--every", type=int, default=5, help="checkpoint every N steps")
+    p.add_argument("--short", action="store_true", help="CI size: few steps, short waits")
+    a = p.parse_args(argv)
+    s = Settings(out=a.out, faults=a.faults, seed=a.seed, epochs=a.epochs, every=a.every)
+    s.batches = a.batches or max(30, 8 * a.faults // a.epochs + 10)
+    if a.short:
+        s.port_hold_s, s.hang_timeout_s = 12.0, 4.0
+    report = run(s, say=lambda m: print(f"chaos: {m}", flush=True))
+    print(summary(report), flush=True)
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
