@@ -100,6 +100,10 @@ class Attempt:
     codes: list = field(default_factory=list)
     killed: list = field(default_factory=list)
     seconds: float = 0.0
+    restart: str = ""
+    """What was wrong with how this attempt resumed ('' = from the newest intact checkpoint)."""
+    unplanned: bool = False
+    """Ended non-zero with no fault injected in it."""
 
 
 def job_args(run_dir: Path, ckpt_dir: Path, s: Settings) -> list[str]:
@@ -277,69 +281,97 @@ def wait_for_step(job: Job, run_dir: Path, seen: set[str], target: int, timeout_
     return step
 
 
-def hold_port(port: int, seconds: float) -> Fault:
-    squatter = PortSquatter(port)
-    threading.Timer(seconds, squatter.release).start()
-    return Fault("port", -1, detail=f"port {port} held by a stale listener for {seconds:.0f} s")
+#: what rank 0 logs while it waits for a busy MASTER_PORT (rocmtrain.comms.rendezvous)
+PORT_WAIT_LINE = "is in use on this host; waiting"
+
+
+def hold_port(job: Job, squatter: PortSquatter, fault: Fault, s: Settings, rng: random.Random):
+    """Release the held port a few seconds after rank 0 says it waits for it (or when rank 0
+    has exited, or after ``port_hold_s``)."""
+    delay = rng.uniform(1.0, 4.0)
+
+    def release() -> None:
+        deadline = time.monotonic() + s.port_hold_s
+        while time.monotonic() < deadline and job.procs[0].poll() is None:
+            if PORT_WAIT_LINE in job.log_text(0):
+                time.sleep(delay)
+                break
+            time.sleep(0.1)
+        squatter.release()
+
+    fault.detail = f"port {squatter.port} held until {delay:.1f} s after rank 0 waits for it"
+    threading.Thread(target=release, daemon=True).start()
+
+
+def port_outcome(job: Job, start: int, last_step: int) -> str:
+    """'' when rank 0 waited for the held port and the attempt then trained."""
+    if PORT_WAIT_LINE not in job.log_text(0):
+        gave_up = " (exit 2: it gave up at once)" if job.codes()[0] == 2 else ""
+        return "rank 0 never waited for the port" + gave_up
+    return "" if last_step > start else f"nothing trained after the port was free ({job.codes()})"
+
+
+def attempt_once(n: int, plan: deque, s: Settings, ctx: dict, rng: random.Random):
+    """One launch of the job with the next fault(s) of ``plan``; returns (attempt, faults)."""
+    faults: list[Fault] = []
+    port_fault = Fault(plan.popleft(), n) if plan and plan[0] == "port" and n else None
+    squatter = PortSquatter(ctx["port"]) if port_fault else None
+    start = resume_step(ctx["ckpt_dir"])
+    ctx["seen"] = attempts_of(ctx["run_dir"])
+    job = Job(ctx["args"], 2, ctx["port"], ctx["logs"], f"attempt{n:03d}").start()
+    if port_fault:
+        faults.append(port_fault)
+        hold_port(job, squatter, port_fault, s, rng)
+    attempt = Attempt(job.name, start)
+    fault = Fault(plan.popleft(), n) if plan and plan[0] != "port" else None
+    codes = None
+    if fault is not None:
+        target = min(start + rng.randint(2, 3 * s.every), s.total_steps - 2)
+        fault.at_step = wait_for_step(job, ctx["run_dir"], ctx["seen"], target, s.attempt_timeout_s)
+        if job.running() == list(range(job.world)):
+            faults.append(fault)
+            codes = inject(fault, job, s, ctx, rng)
+        else:  # the job ended before the fault: the fault waits for the next attempt
+            plan.appendleft(fault.kind)
+    if codes is None:
+        codes = job.finish(grace_s=s.grace_s)
+    attempt.codes, attempt.killed = codes, sorted(job.killed)
+    attempt.seconds = round(time.monotonic() - job.started, 1)
+    attempt.last_step = heartbeat_step(ctx["run_dir"], ctx["seen"])
+    attempt.restart = check_restart(job, start, ctx.pop("skip", ""))
+    if port_fault:
+        port_fault.why = port_outcome(job, start, attempt.last_step)
+    ctx["skip"] = fault.skipped if fault is not None and fault in faults else ""
+    return attempt, faults
 
 
 def chaos_loop(s: Settings, ctx: dict, rng: random.Random, say) -> tuple[list, list]:
-    """Run the job under faults until it completes; returns (faults, attempts)."""
+    """Relaunch the job, one fault per launch, until it completes; returns (faults, attempts).
+
+    A fault is survived when the job reacted as it must (see :func:`inject`) and the next
+    launch resumed from the newest intact checkpoint."""
     plan, faults, attempts = schedule(s, rng), [], []
-    pending_skip = ""
-    while len(attempts) < 4 * s.faults + 10:
-        n = len(attempts)
-        port_fault = (
-            hold_port(ctx["port"], s.port_hold_s) if plan and plan[0] == "port" and n else None
-        )
-        if port_fault:
-            plan.popleft()
-            port_fault.attempt = n
-            faults.append(port_fault)
-        start = resume_step(ctx["ckpt_dir"])
-        ctx["seen"] = attempts_of(ctx["run_dir"])
-        job = Job(ctx["args"], 2, ctx["port"], ctx["logs"], f"attempt{n:03d}").start()
-        attempt = Attempt(job.name, start)
+    while len(attempts) < 3 * s.faults + 10:
+        attempt, new = attempt_once(len(attempts), plan, s, ctx, rng)
+        for f in faults:  # the fault that ended the previous attempt answers for this resume
+            if f.attempt == len(attempts) - 1 and f.kind != "port" and attempt.restart:
+                f.why = "; ".join(x for x in (f.why, f"restart: {attempt.restart}") if x)
         attempts.append(attempt)
-        fault = Fault(plan.popleft(), n) if plan and plan[0] != "port" else None
-        if fault is not None:
-            target = min(start + rng.randint(2, 3 * s.every), s.total_steps - 2)
-            fault.at_step = wait_for_step(
-                job, ctx["run_dir"], ctx["seen"], target, s.attempt_timeout_s
-            )
-            if job.running() == list(range(job.world)):
-                faults.append(fault)
-                codes = inject(fault, job, s, ctx, rng)
-            else:  # the job ended on its own before the fault: put it back
-                plan.appendleft(fault.kind)
-                fault = None
-        if fault is None:
-            codes = job.finish(grace_s=s.grace_s)
-        attempt.codes, attempt.killed = codes, sorted(job.killed)
-        attempt.seconds = round(time.monotonic() - job.started, 1)
-        attempt.last_step = heartbeat_step(ctx["run_dir"], ctx["seen"])
-        restart = check_restart(job, start, pending_skip)
-        for f in faults:  # the fault that led to this attempt answers for how it resumed
-            if f.attempt == n - 1 and f.kind != "port" and restart:
-                f.why = "; ".join(x for x in (f.why, f"restart: {restart}") if x)
-        if port_fault:
-            port_fault.why = (
-                "" if job.codes()[0] != 2 else "the rank hosting the store gave up (exit 2)"
-            )
-            port_fault.survived = not port_fault.why
-        if fault is not None:
-            fault.survived = not fault.why
-        pending_skip = fault.skipped if fault is not None else ""
+        faults += new
+        for f in faults:
+            f.survived = not f.why
+        injected = [f for f in new if f.kind != "port"]
+        attempt.unplanned = not injected and attempt.codes != [0, 0]
         say(
-            f"{job.name}: from step {start}, {fault.kind if fault else 'no fault'}"
-            f"{' + port' if port_fault else ''} at step {fault.at_step if fault else '-'} "
-            f"{fault.detail if fault else ''} -> exit {codes} in {attempt.seconds} s"
-            + (f" NOT SURVIVED: {fault.why}" if fault and fault.why else "")
+            f"{attempt.name}: from step {attempt.resumed_from} to {attempt.last_step}, "
+            + (", ".join(f"{f.kind} at step {f.at_step} ({f.detail})" for f in new) or "no fault")
+            + f" -> exit {attempt.codes} in {attempt.seconds} s"
+            + "".join(f"; {f.kind} NOT SURVIVED: {f.why}" for f in new if f.why)
+            + (" UNPLANNED EXIT" if attempt.unplanned else "")
         )
-        if fault is None and codes == [0] * job.world and not plan:
-            return faults, attempts
-        if fault is None and all(c == 0 for c in codes):
-            say("the job completed before every fault was injected")
+        if attempt.codes == [0, 0]:
+            if plan:
+                say(f"the job completed with {len(plan)} fault(s) not injected")
             return faults, attempts
     return faults, attempts
 
@@ -394,8 +426,10 @@ def run(s: Settings, say=print) -> dict:
         faults=[asdict(f) for f in faults],
         attempt_log=[asdict(a) for a in attempts],
     )
+    report["unplanned_exits"] = sum(a.unplanned for a in attempts)
     report["ok"] = (
-        injected >= s.faults
+        not report["unplanned_exits"]
+        and injected >= s.faults
         and survived == injected
         and ref_codes == [0, 0]
         and report["final_exit"] == [0, 0]

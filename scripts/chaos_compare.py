@@ -65,7 +65,7 @@ def same_bits(a: Any, b: Any) -> bool:
         return (
             a.dtype == b.dtype
             and a.shape == b.shape
-            and a.contiguous().view(torch.uint8).equal(b.contiguous().view(torch.uint8))
+            and a.reshape(-1).view(torch.uint8).equal(b.reshape(-1).view(torch.uint8))
         )
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return a.dtype == b.dtype and a.tobytes() == b.tobytes()

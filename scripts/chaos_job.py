@@ -155,6 +155,7 @@ class PortSquatter:
     still hosting its TCPStore would) until :meth:`release`."""
 
     def __init__(self, port: int) -> None:
+        self.port = port
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("0.0.0.0", port))
