@@ -10,17 +10,18 @@ the same across restarts, as a Slurm job's does). The loop acts as a batch scrip
 the same command on the same ``run_dir``, relaunched when a rank exits 75 (hang, preemption) or a
 rank died. After a rank exits non-zero the others get a grace period to exit on their own, then
 SIGKILL (srun's ``--kill-on-bad-exit``). An uninterrupted reference job with the same seed runs
-alongside. Faults, one at a time at a random step (seeded; the step is read from the watchdog's
-heartbeat files):
+alongside. Faults (seeded; one per attempt at a random step read from the watchdog's heartbeat
+files, plus the port and checkpoint faults at random restarts):
 
   sigkill  SIGKILL one rank: the other rank's watchdog sees it gone and exits 75
   sigstop  SIGSTOP one rank (a hang): the watchdog names it in hang_report.json and exits 75
   sigterm  SIGTERM the job (every rank, or one): checkpoint at an agreed step, exit 75
-  corrupt  the job dies (SIGKILL) right after a checkpoint, which then loses its tail or one bit:
-           the restart skips it and resumes from the one before
+  corrupt  while the job is down, its newest checkpoint loses its tail or one bit: the restart
+           skips it (sha256) and resumes from the one before
   enospc   the checkpoint filesystem (a small tmpfs) fills up before a save: the job stops, and
            once space is freed it resumes from the last good checkpoint
-  port     at a restart the rendezvous port is held by a stale listener for a while
+  port     at a restart the rendezvous port is held by a stale listener until a few seconds after
+           rank 0 says it waits for it
 
 At the end the run's per-step loss (both ranks, carried in the checkpoints), every per-step
 loss/grad-norm row any attempt logged, and the final checkpoint's tensors are compared with the
@@ -132,15 +133,28 @@ def job_args(run_dir: Path, ckpt_dir: Path, s: Settings) -> list[str]:
     ]
 
 
-def schedule(s: Settings, rng: random.Random) -> deque[str]:
-    """One of each kind first (shuffled), then random kinds; a port fault needs a restart, so
-    the list never starts with one."""
-    first = list(KINDS)
-    rng.shuffle(first)
-    plan = (first + [rng.choice(KINDS) for _ in range(max(0, s.faults - len(KINDS)))])[: s.faults]
-    if plan and plan[0] == "port" and len(plan) > 1:
-        plan[0], plan[1] = plan[1], plan[0]
-    return deque(plan)
+#: faults done to a running attempt; the others happen between two attempts
+DURING = ("sigkill", "sigstop", "sigterm", "enospc")
+
+
+def schedule(s: Settings, rng: random.Random) -> list[dict]:
+    """The plan, one entry per launch: the fault done to that attempt, whether the port is held
+    when it starts, whether its newest checkpoint is damaged after it ends. One fault of each
+    kind, then random kinds; a port or checkpoint fault goes to a random restart."""
+    kinds = list(KINDS) + [rng.choice(KINDS) for _ in range(max(0, s.faults - len(KINDS)))]
+    kinds = kinds[: s.faults]
+    during = [k for k in kinds if k in DURING] or ["sigterm"]
+    plan = [
+        {"fault": k, "port": False, "corrupt_after": False} for k in rng.sample(during, len(during))
+    ]
+    plan.append({"fault": None, "port": False, "corrupt_after": False})  # runs to the end
+    for kind in (k for k in kinds if k not in DURING):
+        key = "port" if kind == "port" else "corrupt_after"
+        # a port fault needs a restart (attempt >= 1); a damaged checkpoint must be resumed from
+        free = [i for i in range(len(plan) - 1) if not plan[i + (key == "port")][key]]
+        if free:
+            plan[rng.choice(free) + (key == "port")][key] = True
+    return plan
 
 
 # -- checkpoints, seen from outside ---------------------------------------------------------------
@@ -207,50 +221,29 @@ def inject(fault: Fault, job: Job, s: Settings, ctx: dict, rng: random.Random) -
         if after <= before:
             fault.why += f"; no preemption checkpoint (newest still step {after})"
         return codes
-    if kind == "corrupt":
-        return _corrupt(fault, job, s, ctx, rng)
     if kind == "enospc":
         return _enospc(fault, job, s, ctx)
     raise ValueError(kind)
 
 
-def _corrupt(fault: Fault, job: Job, s: Settings, ctx: dict, rng: random.Random) -> list[int]:
-    root = ctx["ckpt_dir"]
-    base = newest_step(root)
-    deadline = time.monotonic() + s.attempt_timeout_s
-    while newest_step(root) <= base and job.running() == list(range(job.world)):
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.02)
-    job.kill_all()  # the node is lost right after the save
-    step, path = max(((st, p) for st, p in checkpoints(root) if intact(p)), default=(0, None))
-    if path is None or step <= base:
-        fault.why = "no new checkpoint to damage"
-        return job.codes()
-    fault.detail = f"step {step}: " + damage_checkpoint(path, rng)
-    fault.skipped = path.name
-    return job.codes()
-
-
 def _enospc(fault: Fault, job: Job, s: Settings, ctx: dict) -> list[int]:
+    """Fill the checkpoint filesystem to half a checkpoint's room: the next save fails. The job
+    must stop by itself (non-zero); the operator then frees space and resubmits. The first error
+    line a rank printed goes into the report (its wording is not checked)."""
     fs: Tmpfs = ctx["tmpfs"]
     done = [p for _, p in checkpoints(ctx["ckpt_dir"]) if intact(p)]
     size = checkpoint_bytes(done[-1]) if done else 1 << 20
     filled = fs.fill(leave_bytes=size // 2)
-    fault.detail = (
-        f"filled {filled >> 20} MiB, {size // 2 >> 10} KiB left for a {size >> 10} KiB save"
-    )
     codes = job.finish(grace_s=s.grace_s)
-    fs.free()  # the operator frees space before the job is resubmitted
-    bad = [r for r in job.killed]
-    text = "".join(job.log_text(r) for r in range(job.world))
-    problems = []
-    if bad:
-        problems.append(f"ranks {bad} did not exit by themselves")
+    fs.free()
+    said = next(
+        (ln for r in range(job.world) for ln in job.log_text(r).splitlines() if "error:" in ln),
+        "",
+    )
+    fault.detail = f"filled {filled >> 20} MiB, {size // 2 >> 10} KiB left; said: {said[:160]}"
+    problems = [f"rank {r} did not exit by itself" for r in sorted(job.killed)]
     if all(c == 0 for c in codes):
         problems.append("the job ended 0: the save did not fail")
-    if "No space left on device" not in text:
-        problems.append("no rank said 'No space left on device'")
     fault.why = "; ".join(problems)
     return codes
 
@@ -311,38 +304,50 @@ def port_outcome(job: Job, start: int, last_step: int) -> str:
     return "" if last_step > start else f"nothing trained after the port was free ({job.codes()})"
 
 
-def attempt_once(n: int, plan: deque, s: Settings, ctx: dict, rng: random.Random):
-    """One launch of the job with the next fault(s) of ``plan``; returns (attempt, faults)."""
+def attempt_once(n: int, entry: dict, s: Settings, ctx: dict, rng: random.Random):
+    """One launch of the job with the faults of its plan ``entry``; returns (attempt, faults)."""
     faults: list[Fault] = []
-    port_fault = Fault(plan.popleft(), n) if plan and plan[0] == "port" and n else None
-    squatter = PortSquatter(ctx["port"]) if port_fault else None
+    squatter = PortSquatter(ctx["port"]) if entry["port"] else None
     start = resume_step(ctx["ckpt_dir"])
     ctx["seen"] = attempts_of(ctx["run_dir"])
     job = Job(ctx["args"], 2, ctx["port"], ctx["logs"], f"attempt{n:03d}").start()
-    if port_fault:
-        faults.append(port_fault)
-        hold_port(job, squatter, port_fault, s, rng)
+    if squatter:
+        faults.append(Fault("port", n))
+        hold_port(job, squatter, faults[-1], s, rng)
     attempt = Attempt(job.name, start)
-    fault = Fault(plan.popleft(), n) if plan and plan[0] != "port" else None
     codes = None
-    if fault is not None:
+    if entry["fault"]:
+        fault = Fault(entry["fault"], n)
         target = min(start + rng.randint(2, 3 * s.every), s.total_steps - 2)
         fault.at_step = wait_for_step(job, ctx["run_dir"], ctx["seen"], target, s.attempt_timeout_s)
         if job.running() == list(range(job.world)):
             faults.append(fault)
             codes = inject(fault, job, s, ctx, rng)
-        else:  # the job ended before the fault: the fault waits for the next attempt
-            plan.appendleft(fault.kind)
     if codes is None:
         codes = job.finish(grace_s=s.grace_s)
     attempt.codes, attempt.killed = codes, sorted(job.killed)
     attempt.seconds = round(time.monotonic() - job.started, 1)
     attempt.last_step = heartbeat_step(ctx["run_dir"], ctx["seen"])
     attempt.restart = check_restart(job, start, ctx.pop("skip", ""))
-    if port_fault:
-        port_fault.why = port_outcome(job, start, attempt.last_step)
-    ctx["skip"] = fault.skipped if fault is not None and fault in faults else ""
+    if squatter:
+        faults[0].why = port_outcome(job, start, attempt.last_step)
+    if entry["corrupt_after"] and codes != [0, 0]:
+        faults.append(corrupt_newest(n, ctx, rng))
+        ctx["skip"] = faults[-1].skipped
     return attempt, faults
+
+
+def corrupt_newest(n: int, ctx: dict, rng: random.Random) -> Fault:
+    """Damage the newest intact checkpoint while the job is down (the next launch must skip it)."""
+    fault = Fault("corrupt", n)
+    done = [(st, p) for st, p in checkpoints(ctx["ckpt_dir"]) if intact(p)]
+    if not done:
+        fault.why = "no checkpoint to damage"
+        return fault
+    step, path = done[-1]
+    fault.at_step, fault.skipped = step, path.name
+    fault.detail = damage_checkpoint(path, rng)
+    return fault
 
 
 def chaos_loop(s: Settings, ctx: dict, rng: random.Random, say) -> tuple[list, list]:
@@ -350,29 +355,31 @@ def chaos_loop(s: Settings, ctx: dict, rng: random.Random, say) -> tuple[list, l
 
     A fault is survived when the job reacted as it must (see :func:`inject`) and the next
     launch resumed from the newest intact checkpoint."""
-    plan, faults, attempts = schedule(s, rng), [], []
-    while len(attempts) < 3 * s.faults + 10:
-        attempt, new = attempt_once(len(attempts), plan, s, ctx, rng)
-        for f in faults:  # the fault that ended the previous attempt answers for this resume
+    plan, faults, attempts = deque(schedule(s, rng)), [], []
+    while plan and len(attempts) < 3 * s.faults + 10:
+        attempt, new = attempt_once(len(attempts), plan[0], s, ctx, rng)
+        for f in faults:  # the faults before this launch answer for how it resumed
             if f.attempt == len(attempts) - 1 and f.kind != "port" and attempt.restart:
                 f.why = "; ".join(x for x in (f.why, f"restart: {attempt.restart}") if x)
         attempts.append(attempt)
         faults += new
         for f in faults:
             f.survived = not f.why
-        injected = [f for f in new if f.kind != "port"]
-        attempt.unplanned = not injected and attempt.codes != [0, 0]
+        planned = plan[0]["fault"] is None or any(f.kind == plan[0]["fault"] for f in new)
+        attempt.unplanned = not planned or (plan[0]["fault"] is None and attempt.codes != [0, 0])
+        if planned:
+            plan.popleft()  # else the same entry again: the job was restarted for another reason
         say(
-            f"{attempt.name}: from step {attempt.resumed_from} to {attempt.last_step}, "
+            f"{attempt.name}: steps {attempt.resumed_from}-{attempt.last_step}: "
             + (", ".join(f"{f.kind} at step {f.at_step} ({f.detail})" for f in new) or "no fault")
             + f" -> exit {attempt.codes} in {attempt.seconds} s"
             + "".join(f"; {f.kind} NOT SURVIVED: {f.why}" for f in new if f.why)
-            + (" UNPLANNED EXIT" if attempt.unplanned else "")
+            + (" UNPLANNED" if attempt.unplanned else "")
         )
         if attempt.codes == [0, 0]:
             if plan:
-                say(f"the job completed with {len(plan)} fault(s) not injected")
-            return faults, attempts
+                say(f"the job completed with {len(plan)} launch(es) of the plan left")
+            break
     return faults, attempts
 
 

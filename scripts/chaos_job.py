@@ -180,12 +180,22 @@ class Tmpfs:
         self.filler = path / ".chaos-filler"
 
     def fill(self, leave_bytes: int) -> int:
-        """Fill the filesystem up to ``leave_bytes`` of free space; returns the bytes written."""
-        st = os.statvfs(self.path)
-        size = max(0, st.f_bavail * st.f_frsize - leave_bytes)
+        """Fill the filesystem until ``leave_bytes`` are free (a save running meanwhile may get
+        ENOSPC first); returns the bytes written."""
+        written = 0
         with open(self.filler, "ab") as f:
-            f.write(b"\0" * size)
-        return size
+            while True:
+                st = os.statvfs(self.path)
+                room = st.f_bavail * st.f_frsize - leave_bytes
+                if room <= 0:
+                    break
+                try:
+                    f.write(b"\0" * min(room, 1 << 20))
+                    f.flush()
+                except OSError:  # ENOSPC: a concurrent save took the rest
+                    break
+                written += min(room, 1 << 20)
+        return written
 
     def free(self) -> None:
         self.filler.unlink(missing_ok=True)
