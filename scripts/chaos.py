@@ -34,6 +34,7 @@ import argparse
 import json
 import random
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -393,6 +394,8 @@ def steps_recomputed(attempts: list[Attempt]) -> int:
 def run(s: Settings, say=print) -> dict:
     rng = random.Random(s.seed)
     out = s.out.resolve()
+    if out.exists() and any(out.iterdir()):  # its runs would resume from the last chaos run
+        raise SystemExit(f"chaos: --out {out} is not empty; give a new folder")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     ref_dir, run_dir = out / "reference", out / "run"
@@ -411,9 +414,10 @@ def run(s: Settings, say=print) -> dict:
         ).start()
         faults, attempts = chaos_loop(s, ctx, rng, say)
         ref_codes = ref.finish(grace_s=s.grace_s)
-        comparison = compare_runs(ref_dir / "checkpoints", ctx["ckpt_dir"], ref_dir, run_dir)
+        shutil.copytree(ctx["ckpt_dir"], out / "checkpoints", dirs_exist_ok=True)  # kept
     finally:
         tmpfs.close()
+    comparison = compare_runs(ref_dir / "checkpoints", out / "checkpoints", ref_dir, run_dir)
     injected = len(faults)
     survived = sum(f.survived for f in faults)
     report = dict(
