@@ -69,7 +69,7 @@ def check_port_free(port: int, *, wait_s: float = 0.0, poll_s: float = 0.25) -> 
     told = False
     while port_in_use(port):
         if time.monotonic() >= deadline:
-            waited = f" (and was for the {wait_s:.0f} s rank 0 waited)" if wait_s else ""
+            waited = f" (and was for the {wait_s:g} s rank 0 waited)" if wait_s else ""
             raise RendezvousError(
                 f"MASTER_PORT={port} is already in use on this host{waited}, so rank 0 cannot host "
                 "the rendezvous there (another job, or a previous run still alive: `ss -ltnp "
@@ -78,7 +78,7 @@ def check_port_free(port: int, *, wait_s: float = 0.0, poll_s: float = 0.25) -> 
             )
         if not told:
             log.warning(
-                "MASTER_PORT=%d is in use on this host; waiting up to %.0f s for it to be released "
+                "MASTER_PORT=%d is in use on this host; waiting up to %g s for it to be released "
                 "(a requeued job keeps its port; a previous attempt's process may still hold it)",
                 port,
                 wait_s,
