@@ -227,6 +227,12 @@ def inject(fault: Fault, job: Job, s: Settings, ctx: dict, rng: random.Random) -
     raise ValueError(kind)
 
 
+def saving(root: Path) -> bool:
+    """A checkpoint is being written: a temp folder changed in the last 2 s (one a failed save
+    left behind is older)."""
+    return any(time.time() - p.stat().st_mtime < 2.0 for p in root.glob(".*.tmp"))
+
+
 def _enospc(fault: Fault, job: Job, s: Settings, ctx: dict) -> list[int]:
     """Fill the checkpoint filesystem to half a checkpoint's room: the next save fails. The job
     must stop by itself (non-zero); the operator then frees space and resubmits. The first error
@@ -234,6 +240,10 @@ def _enospc(fault: Fault, job: Job, s: Settings, ctx: dict) -> list[int]:
     fs: Tmpfs = ctx["tmpfs"]
     done = [p for _, p in checkpoints(ctx["ckpt_dir"]) if intact(p)]
     size = checkpoint_bytes(done[-1]) if done else 1 << 20
+    # not while a save is writing: it could finish in the room left, and its prune would then
+    # free a whole checkpoint's space for the next save
+    while saving(ctx["ckpt_dir"]) and job.running():
+        time.sleep(0.005)
     filled = fs.fill(leave_bytes=size // 2)
     codes = job.finish(grace_s=s.grace_s)
     fs.free()
