@@ -31,6 +31,7 @@ reference's: equal bit for bit. Exit 0 when every fault was survived and everyth
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import re
@@ -230,7 +231,11 @@ def inject(fault: Fault, job: Job, s: Settings, ctx: dict, rng: random.Random) -
 def saving(root: Path) -> bool:
     """A checkpoint is being written: a temp folder changed in the last 2 s (one a failed save
     left behind is older)."""
-    return any(time.time() - p.stat().st_mtime < 2.0 for p in root.glob(".*.tmp"))
+    for p in root.glob(".*.tmp"):
+        with contextlib.suppress(FileNotFoundError):  # renamed: that save just completed
+            if time.time() - p.stat().st_mtime < 2.0:
+                return True
+    return False
 
 
 def _enospc(fault: Fault, job: Job, s: Settings, ctx: dict) -> list[int]:
@@ -488,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--short", action="store_true", help="CI size: few steps, short waits")
     a = p.parse_args(argv)
     s = Settings(out=a.out, faults=a.faults, seed=a.seed, epochs=a.epochs, every=a.every)
-    s.batches = a.batches or max(30, 8 * a.faults // a.epochs + 10)
+    s.batches = a.batches or max(30, 12 * a.faults // a.epochs + 10)
     if a.short:
         s.port_hold_s, s.hang_timeout_s = 12.0, 4.0
     report = run(s, say=lambda m: print(f"chaos: {m}", flush=True))
