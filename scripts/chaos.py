@@ -31,7 +31,6 @@ reference's: equal bit for bit. Exit 0 when every fault was survived and everyth
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import random
 import re
@@ -228,35 +227,34 @@ def inject(fault: Fault, job: Job, s: Settings, ctx: dict, rng: random.Random) -
     raise ValueError(kind)
 
 
-def saving(root: Path) -> bool:
-    """A checkpoint is being written: a temp folder changed in the last 2 s (one a failed save
-    left behind is older)."""
-    for p in root.glob(".*.tmp"):
-        with contextlib.suppress(FileNotFoundError):  # renamed: that save just completed
-            if time.time() - p.stat().st_mtime < 2.0:
-                return True
-    return False
-
-
 def _enospc(fault: Fault, job: Job, s: Settings, ctx: dict) -> list[int]:
-    """Fill the checkpoint filesystem to half a checkpoint's room: the next save fails. The job
-    must stop by itself (non-zero); the operator then frees space and resubmits. The first error
-    line a rank printed goes into the report (its wording is not checked)."""
+    """Keep the checkpoint filesystem full to within half a checkpoint until the job exits (as a
+    disk that something else fills): the next save fails, however a save in flight or a prune
+    moved the free space meanwhile. The job must stop by itself (non-zero); the operator then
+    frees space and resubmits. The first error line a rank printed goes into the report (its
+    wording is not checked)."""
     fs: Tmpfs = ctx["tmpfs"]
     done = [p for _, p in checkpoints(ctx["ckpt_dir"]) if intact(p)]
     size = checkpoint_bytes(done[-1]) if done else 1 << 20
-    # not while a save is writing: it could finish in the room left, and its prune would then
-    # free a whole checkpoint's space for the next save
-    while saving(ctx["ckpt_dir"]) and job.running():
-        time.sleep(0.005)
-    filled = fs.fill(leave_bytes=size // 2)
+    stop = threading.Event()
+    filled = [0]
+
+    def keep_full() -> None:
+        while not stop.is_set():
+            filled[0] += fs.fill(leave_bytes=size // 2)
+            time.sleep(0.002)
+
+    filler = threading.Thread(target=keep_full, daemon=True)
+    filler.start()
     codes = job.finish(grace_s=s.grace_s)
+    stop.set()
+    filler.join()
     fs.free()
     said = next(
         (ln for r in range(job.world) for ln in job.log_text(r).splitlines() if "error:" in ln),
         "",
     )
-    fault.detail = f"filled {filled >> 20} MiB, {size // 2 >> 10} KiB left; said: {said[:160]}"
+    fault.detail = f"filled {filled[0] >> 20} MiB, {size // 2 >> 10} KiB left; said: {said[:160]}"
     problems = [f"rank {r} did not exit by itself" for r in sorted(job.killed)]
     if all(c == 0 for c in codes):
         problems.append("the job ended 0: the save did not fail")
