@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import re
 import socket
+import time
 from collections.abc import Iterator
+
+log = logging.getLogger(__name__)
 
 
 class RendezvousError(RuntimeError):
@@ -33,9 +37,14 @@ def resolve(host: str, port: int) -> None:
         ) from None
 
 
-def check_port_free(port: int) -> None:
-    """Raise :class:`RendezvousError` when this host cannot listen on ``port`` (rank 0 hosts the
-    TCPStore there)."""
+#: how long the store host waits for a busy ``MASTER_PORT`` to be released (never longer than
+#: ``rccl.init_timeout_seconds``): a requeued job restarts on its old port, which a process of the
+#: previous attempt (still exiting, or a leftover rank being killed) may hold for a few seconds
+PORT_RELEASE_WAIT_SECONDS = 30.0
+
+
+def port_in_use(port: int) -> bool:
+    """Whether listening on ``port`` on this host fails with EADDRINUSE (IPv6 and IPv4)."""
     for family, addr in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
         try:
             sock = socket.socket(family, socket.SOCK_STREAM)
@@ -48,21 +57,42 @@ def check_port_free(port: int) -> None:
             except OSError as exc:
                 if exc.errno != errno.EADDRINUSE:
                     continue
-                raise RendezvousError(
-                    f"MASTER_PORT={port} is already in use on this host, so rank 0 cannot host the "
-                    "rendezvous there (another job, or a previous run still alive: `ss -ltnp "
-                    f"'sport = :{port}'`). Unset MASTER_PORT (a free port is picked) or choose a "
-                    "free one."
-                ) from None
-        return
+                return True
+        return False
+    return False
 
 
-def check_master(host: str, port: int, *, is_store_host: bool) -> None:
+def check_port_free(port: int, *, wait_s: float = 0.0, poll_s: float = 0.25) -> None:
+    """Raise :class:`RendezvousError` when this host cannot listen on ``port`` (rank 0 hosts the
+    TCPStore there), after waiting up to ``wait_s`` for it to be released (said once, at once)."""
+    deadline = time.monotonic() + wait_s
+    told = False
+    while port_in_use(port):
+        if time.monotonic() >= deadline:
+            waited = f" (and was for the {wait_s:g} s rank 0 waited)" if wait_s else ""
+            raise RendezvousError(
+                f"MASTER_PORT={port} is already in use on this host{waited}, so rank 0 cannot host "
+                "the rendezvous there (another job, or a previous run still alive: `ss -ltnp "
+                f"'sport = :{port}'`). Unset MASTER_PORT (a free port is picked) or choose a "
+                "free one."
+            )
+        if not told:
+            log.warning(
+                "MASTER_PORT=%d is in use on this host; waiting up to %g s for it to be released "
+                "(a requeued job keeps its port; a previous attempt's process may still hold it)",
+                port,
+                wait_s,
+            )
+            told = True
+        time.sleep(poll_s)
+
+
+def check_master(host: str, port: int, *, is_store_host: bool, port_wait_s: float = 0.0) -> None:
     """Everything that can be checked before ``init_process_group``: the address resolves, and on
-    the rank that hosts the store, the port is free."""
+    the rank that hosts the store, the port is free (or freed within ``port_wait_s``)."""
     resolve(host, port)
     if is_store_host:
-        check_port_free(port)
+        check_port_free(port, wait_s=port_wait_s)
 
 
 _JOINED = re.compile(r"(\d+)\s*/\s*(\d+)\s+clients joined", re.IGNORECASE)

@@ -92,7 +92,15 @@ class RecDataModule(pl.LightningDataModule):
         pin = self.cfg.pin_memory if self.cfg.pin_memory is not None else gpu
         # batches made on the device need no pinning; cached ones were pinned once by the source
         cached = self.cfg.kind == "synthetic" and self.cfg.cache_batches
-        return {"num_workers": workers, "pin_memory": bool(pin) and not on_device and not cached}
+        return {
+            "num_workers": workers,
+            "pin_memory": bool(pin) and not on_device and not cached,
+            # every new iterator draws a base seed from its loader's generator, by default the
+            # global torch RNG; a resumed run creates its iterator after the checkpoint's RNG
+            # state is restored, which would leave the training RNG (dropout, a user's
+            # torch.rand) one draw away from the uninterrupted run's
+            "generator": torch.Generator(),
+        }
 
     def train_dataloader(self) -> PositionedLoader:
         """The training loader (one per datamodule: it carries the data position)."""

@@ -251,6 +251,28 @@ def classify(
     return {"cause": "stall", "stuck_ranks": behind, "summary": summary}
 
 
+def refine_with_answers(decision: dict[str, Any], answered: set[int]) -> dict[str, Any]:
+    """When every rank stopped at the same step and phase, the ones whose watchdog thread did not
+    answer the dump request are the stuck ones: a rank that waits in a collective still runs its
+    monitor thread, a stopped (SIGSTOP, a debugger) or wedged process does not. Returns
+    ``decision`` with only the silent ranks as stuck when some answered and some did not."""
+    stuck = decision.get("stuck_ranks", ())
+    if decision.get("cause") != "stall" or len(stuck) < 2:
+        return decision
+    silent = sorted(r for r in stuck if r not in answered)
+    waiting = sorted(r for r in stuck if r in answered)
+    if not silent or not waiting:
+        return decision
+    return {
+        **decision,
+        "stuck_ranks": silent,
+        "summary": (
+            f"rank(s) {silent} stopped answering (the process is stopped or wedged: not even its "
+            f"watchdog thread runs); rank(s) {waiting} answered and wait for them"
+        ),
+    }
+
+
 def refine_with_flight_recorder(
     decision: dict[str, Any], dumps: dict[int, dict[str, Any]]
 ) -> dict[str, Any]:

@@ -354,6 +354,7 @@ class Watchdog:
                 signal_silent=self.cfg.dump_stacks,
             )
             notes.update({r: "process gone" for r in dead})
+            decision = hr.refine_with_answers(decision, answered=set(dumps))
             decision = hr.refine_with_flight_recorder(decision, dumps)
             fr_files = hr.find_fr_dump_files(self.rccl.flight_recorder_dump_prefix)
             path = self._report(decision, beats, stale_s, dumps, notes, timeout, fr_files)

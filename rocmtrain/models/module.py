@@ -67,6 +67,8 @@ class DLRMModule(pl.LightningModule):
         self._step_losses: list[float] = []
         self._step_label_sums: list[float] = []
         self._pending_steps: list[torch.Tensor] = []  # [loss, label sum] per step, not yet on host
+        self._restored_losses: list[float] = []  # steps before the checkpoint this fit resumed
+        self._restored_label_sums: list[float] = []
         self._last_val: dict[str, float] = {}
         self._t0 = 0.0
         self._t_last = 0.0
@@ -107,6 +109,29 @@ class DLRMModule(pl.LightningModule):
         """Sum of the labels of every training step (tests check the data order with it)."""
         self._flush_steps()
         return self._step_label_sums
+
+    #: per-rank checkpoint key of the run's per-step record (see :attr:`run_step_losses`)
+    STEP_RECORD_KEY = "rocmtrain_step_record"
+
+    @property
+    def run_step_losses(self) -> list[float]:
+        """This rank's training loss of every step of the *run*, resumes included: the steps
+        restored from the checkpoint this fit resumed from, then this fit's own
+        (:attr:`step_losses` holds only this fit's). Checkpoints carry it, so a run requeued
+        many times still has the loss of every step it trained, each from the attempt whose
+        state the run continued from."""
+        return self._restored_losses + self.step_losses
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[self.STEP_RECORD_KEY] = {
+            "loss": self.run_step_losses,
+            "label_sum": self._restored_label_sums + self.step_label_sums,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        record = checkpoint.get(self.STEP_RECORD_KEY) or {}  # absent in older checkpoints
+        self._restored_losses = list(record.get("loss", ()))
+        self._restored_label_sums = list(record.get("label_sum", ()))
 
     def _flush_steps(self) -> None:
         # one host copy per _FLUSH_EVERY steps instead of a GPU sync per step

@@ -56,7 +56,11 @@ class RankLifecycleMixin(ParallelStrategy):
     def setup_environment(self) -> None:
         # Order matters: check the rendezvous, bind the device and set the collective env BEFORE
         # the process group (RCCL/NCCL read their env once, when the first communicator is made).
-        from rocmtrain.comms.rendezvous import check_master, explain_rendezvous
+        from rocmtrain.comms.rendezvous import (
+            PORT_RELEASE_WAIT_SECONDS,
+            check_master,
+            explain_rendezvous,
+        )
         from rocmtrain.comms.shutdown import close_at_exit
 
         self._end_with_launcher()
@@ -64,7 +68,12 @@ class RankLifecycleMixin(ParallelStrategy):
         assert env is not None
         host, port = env.main_address, env.main_port
         if not dist.is_initialized():  # a second fit in this process reuses its process group
-            check_master(host, port, is_store_host=self._hosts_store())
+            check_master(
+                host,
+                port,
+                is_store_host=self._hosts_store(),
+                port_wait_s=min(PORT_RELEASE_WAIT_SECONDS, self._rccl_cfg.init_timeout_seconds),
+            )
         self._bind_local_rank()
         self._apply_rccl_env()
         with explain_rendezvous(

@@ -1,7 +1,8 @@
 """Start-up and crash failures of ``python -m rocmtrain`` as real processes: each ends in seconds
 with one line that says what happened, and leaves no process behind.
 
-- ``MASTER_ADDR`` that does not resolve, a busy ``MASTER_PORT``: exit 2 naming host/port and fix.
+- ``MASTER_ADDR`` that does not resolve, a ``MASTER_PORT`` still busy after rank 0 waited for it:
+  exit 2 naming host/port and fix.
 - SIGTERM while rank 0 waits for peers that never come (``trainer.num_nodes=2`` on one node):
   the held signal still ends the run (exit 143) within 30 s.
 - a rank that raises inside ``training_step``: its exception and traceback file are named by the
@@ -96,9 +97,12 @@ def test_busy_master_port_is_named_and_no_rank_is_orphaned(tmp_path):
         busy.bind(("0.0.0.0", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        proc = _start(tmp_path, env={"MASTER_PORT": str(port)})
+        # rank 0 waits for the port (a requeued job's old port may be freed in seconds), at
+        # most rccl.init_timeout_seconds: 5 s here
+        proc = _start(tmp_path, "rccl.init_timeout_seconds=5", env={"MASTER_PORT": str(port)})
         code, out, _ = _finish(proc, timeout=240)
     assert code == 2, out[-3000:]
+    assert f"MASTER_PORT={port} is in use on this host; waiting up to 5 s" in out, out[-3000:]
     assert f"MASTER_PORT={port} is already in use" in out, out[-3000:]
     assert "does not compose" not in out
     assert not _left_behind(proc)
