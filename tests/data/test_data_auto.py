@@ -30,28 +30,33 @@ def _dm(device: str, ranks: int = 1, **cfg):
     return dm
 
 
+def _loading(dm) -> dict:
+    kwargs = dm._loader_kwargs()
+    return {k: kwargs[k] for k in ("num_workers", "pin_memory")}
+
+
 def test_cpu_runs_load_in_the_training_process_unpinned():
     dm = _dm("cpu")
     assert dm.train_source.device == torch.device("cpu")
-    assert dm._loader_kwargs() == {"num_workers": 0, "pin_memory": False}
+    assert _loading(dm) == {"num_workers": 0, "pin_memory": False}
 
 
 def test_gpu_runs_make_synthetic_batches_on_the_gpu():
     dm = _dm("cuda:0")  # nothing is allocated until a batch is asked for
     assert dm.train_source.device == torch.device("cuda:0")
     assert dm.val_source.device == torch.device("cuda:0")
-    assert dm._loader_kwargs() == {"num_workers": 0, "pin_memory": False}
+    assert _loading(dm) == {"num_workers": 0, "pin_memory": False}
 
 
 def test_gpu_runs_with_host_batches_get_workers_and_pinning():
     dm = _dm("cuda:0", ranks=8, generate_on="cpu")
     assert dm.train_source.device == torch.device("cpu")
-    assert dm._loader_kwargs() == {"num_workers": auto_num_workers(8), "pin_memory": True}
+    assert _loading(dm) == {"num_workers": auto_num_workers(8), "pin_memory": True}
     asked = _dm("cuda:0", num_workers=3)  # workers asked for: they generate, on the host
     assert asked.train_source.device == torch.device("cpu")
-    assert asked._loader_kwargs() == {"num_workers": 3, "pin_memory": True}
+    assert _loading(asked) == {"num_workers": 3, "pin_memory": True}
     unpinned = _dm("cuda:0", generate_on="cpu", num_workers=0, pin_memory=False)
-    assert unpinned._loader_kwargs() == {"num_workers": 0, "pin_memory": False}
+    assert _loading(unpinned) == {"num_workers": 0, "pin_memory": False}
 
 
 @pytest.mark.parametrize(
