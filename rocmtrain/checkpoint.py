@@ -475,7 +475,13 @@ class AtomicCheckpoint(pl.Callback):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         n = self.every_n_epochs
         if n and (trainer.current_epoch + 1) % n == 0:
-            if self.last_saved is None or self.last_saved.name != checkpoint_name(
-                trainer.global_step
-            ):
-                save(trainer, self.root, self.keep_last)
+            name = checkpoint_name(trainer.global_step)
+            if self.last_saved is not None and self.last_saved.name == name:
+                return
+            # a complete checkpoint of this very step is the one this run resumed from (no step
+            # trained since): writing it again would store the loop as if the epoch had run here
+            # too, and the next resume would skip an epoch nobody trained
+            if is_complete(self.root / name):
+                self.last_saved = self.root / name
+                return
+            save(trainer, self.root, self.keep_last)

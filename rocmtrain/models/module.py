@@ -173,6 +173,10 @@ class DLRMModule(pl.LightningModule):
         return out
 
     def on_train_epoch_end(self) -> None:
+        if not self._samples:  # resumed at this epoch's end: it trained no batch in this run
+            self.train_loss.reset()
+            self.train_auc.reset()
+            return
         elapsed = max(self._t_last - self._t0, 1e-9)
         whole = self._samples * self.trainer.world_size / elapsed
         steady = _steady_rate(self.trainer)

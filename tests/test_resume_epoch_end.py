@@ -1,0 +1,34 @@
+"""Resuming from an epoch-end checkpoint loses no epoch (real CLI, 2 gloo ranks).
+
+A run resumed from the checkpoint written at the end of epoch 1 and stopped by ``max_steps``
+inside epoch 2 used to crash at the resumed epoch's end (no batch trained there: empty AUC) after
+re-writing that checkpoint as if the epoch had run again; the next run then skipped epoch 2 and
+exited 0 having trained nothing."""
+
+from __future__ import annotations
+
+import pytest
+from test_cli import run_cli
+
+from rocmtrain import checkpoint as ckpt
+
+pytestmark = pytest.mark.slow
+
+
+def test_resume_from_an_epoch_end_checkpoint_trains_the_next_epoch(tmp_path):
+    run = tmp_path / "run"
+    common = [
+        "data.num_train_batches=22",
+        "checkpoint.every_n_train_steps=5",
+        "trainer.progress_bar=false",
+        f"run_dir={run}",
+    ]
+    first = run_cli("trainer.max_epochs=1", *common, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert ckpt.find_resume(run / "checkpoints").name == "step-000000022"
+    cut = run_cli("trainer.max_epochs=2", "trainer.max_steps=25", *common, cwd=tmp_path)
+    assert cut.returncode == 0, cut.stderr[-3000:]
+    last = run_cli("trainer.max_epochs=2", *common, cwd=tmp_path)
+    assert last.returncode == 0, last.stderr[-3000:]
+    assert ckpt.find_resume(run / "checkpoints").name == "step-000000044"  # epoch 2 trained
+    assert any(line.startswith("epoch 2/2:") for line in last.stdout.splitlines())
