@@ -28,6 +28,7 @@ feeds new CPU copies of them through an ordinary ``DataLoader(pin_memory=True)``
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from pathlib import Path
 
@@ -234,9 +235,12 @@ def fit_once(args, rows, batches, feed: str, out_dir: Path, gpu: bool) -> dict:
         rate, step_ms = doc["samples_per_s"], doc["step_ms_median"]
         print(f"{feed} {out_dir.name}: samples/s {rate or float('nan'):.0f} "
               f"step_ms {step_ms or float('nan'):.2f} peak_gib {peak:.2f}", flush=True)  # fmt: skip
-    del trainer, module
+    del trainer, module, loader
+    gc.collect()  # reference cycles (hooks, closures) would keep the sharded tables alive
     if gpu:
         torch.cuda.empty_cache()  # the next fit allocates its tables anew
+        print(f"after {feed} {out_dir.name}: {torch.cuda.memory_allocated() / 2**30:.2f} GiB "
+              "still allocated", flush=True)  # fmt: skip
     return doc
 
 
