@@ -23,9 +23,10 @@ issues the same collectives in the same order.
 
 The math is untouched (the input dist only moves ids): pipelined and plain runs give bitwise the
 same losses. Batches reach ``on_before_batch_transfer`` already on the device. The loader is read
-two batches ahead of training (as TorchRec's pipeline does): a data position counted in
-``on_before_batch_transfer`` (``RecDataModule``) stays exact, a loader that counts the batches it
-hands out itself is two ahead at a mid-epoch checkpoint.
+ahead of training (two batches on CPU ranks, as TorchRec's pipeline does; up to six on GPUs, where
+two background threads load and copy): a data position counted in ``on_before_batch_transfer``
+(``RecDataModule``) stays exact, a loader that counts the batches it hands out itself is that
+many ahead at a mid-epoch checkpoint.
 """
 
 from __future__ import annotations
@@ -377,40 +378,125 @@ class _Failed:
 _END = object()
 
 
-def _background(loader: Iterable, pipeline: InputPipeline, depth: int) -> Iterator[_Staged]:
-    """``pipeline.prepare``d batches of ``loader``, made by a daemon thread at most ``depth``
-    ahead. The loader runs on the copy stream there, so batches a loader builds on the device
-    are covered by the copy event the consumers wait for. A loader error is raised here, in the
-    training thread; closing this generator stops the thread at its next batch."""
-    out: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
+def _host_batches(loader: Iterable, device: torch.device) -> tuple[Iterator[Any], bool]:
+    """``(iterator over loader, pin here)``. A ``DataLoader(num_workers=0, pin_memory=True)``
+    pins each batch in the thread that fetches it, after the dataset built it: the two copies
+    then run in series. Its iterator is made without pinning and the second return says to pin
+    in the copy thread instead, so building batch k+1 overlaps pinning batch k. A loader with
+    workers already pins in its own thread and is left as it is."""
+    from torch.utils.data import DataLoader
 
-    def put(item: Any) -> bool:
-        while not stop.is_set():
+    if not (
+        isinstance(loader, DataLoader)
+        and device.type == "cuda"
+        and loader.num_workers == 0
+        and loader.pin_memory
+    ):
+        return iter(loader), False
+    loader.pin_memory = False  # read once, when the iterator is made
+    try:
+        return iter(loader), True
+    finally:
+        loader.pin_memory = True
+
+
+def _pinned(batch: Any, device: torch.device) -> Any:
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    return pin_memory(batch, device.type)
+
+
+class _Stage:
+    """One thread of the background chain: ``work(item)`` for each item of ``source``, into a
+    queue at most ``depth`` long; an error travels down the chain as a :class:`_Failed`."""
+
+    def __init__(self, name: str, source: Iterator[Any], work, depth: int, stop, setup) -> None:
+        self.out: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = stop
+        self._thread = threading.Thread(
+            target=self._run, args=(source, work, setup), name=name, daemon=True
+        )
+        self._thread.start()
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
             try:
-                out.put(item, timeout=0.05)
+                self.out.put(item, timeout=0.05)
                 return True
             except queue.Full:
                 continue
         return False
 
-    def produce() -> None:
+    def _run(self, source: Iterator[Any], work, setup) -> None:
         try:
-            if pipeline.device.type == "cuda":
-                torch.cuda.set_device(pipeline.device)  # the current device is per thread
-            with _on(pipeline._copy_stream):
-                for batch in loader:
-                    if not put(pipeline.prepare(batch)):
+            with setup():
+                for item in source:
+                    if isinstance(item, _Failed):
+                        self._put(item)
                         return
-            put(_END)
+                    if not self._put(work(item)):
+                        return
+            self._put(_END)
         except BaseException as error:  # noqa: BLE001  (re-raised in the training thread)
-            put(_Failed(error))
+            self._put(_Failed(error))
 
-    thread = threading.Thread(target=produce, name="rocmtrain-input", daemon=True)
-    thread.start()
+    def items(self) -> Iterator[Any]:
+        """The queue's items up to the end marker (a failure is passed on as an item)."""
+        while not self._stop.is_set():
+            try:
+                item = self.out.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if item is _END:
+                return
+            yield item
+            if isinstance(item, _Failed):
+                return
+
+
+def _background(loader: Iterable, pipeline: InputPipeline, depth: int) -> Iterator[_Staged]:
+    """``pipeline.prepare``d batches of ``loader``, made by two daemon threads at most ``depth``
+    ahead: one runs the loader (the dataset's own work), the other pins where the loader would
+    have (:func:`_host_batches`) and issues the copy to the device, so the two overlap. The
+    loader runs on a stream of its own and the copy waits for just that batch's part of it, so
+    the copy event the consumers wait for covers a batch the loader builds on the device and
+    nothing the loader queued after it. A loader error is raised here, in the training thread;
+    closing this generator stops both threads at their next batch."""
+    stop = threading.Event()
+    device = pipeline.device
+    gpu = device.type == "cuda"
+    load_stream = torch.cuda.Stream(device, priority=-1) if gpu else None
+
+    def on(stream: torch.Stream | None):
+        def enter() -> contextlib.AbstractContextManager:
+            if gpu:
+                torch.cuda.set_device(device)  # the current device is per thread
+            return _on(stream)
+
+        return enter
+
+    def fetch() -> Iterator[Any]:
+        iterator, pin = _host_batches(loader, device)
+        for batch in iterator:
+            loaded = None
+            if load_stream is not None:
+                loaded = torch.cuda.Event()
+                loaded.record(load_stream)
+            yield batch, pin, loaded
+
+    def copy(item: tuple[Any, bool, Any]) -> _Staged:
+        batch, pin, loaded = item
+        if loaded is not None:
+            pipeline._copy_stream.wait_event(loaded)
+        return pipeline.prepare(_pinned(batch, device) if pin else batch)
+
+    fetcher = _Stage("rocmtrain-fetch", fetch(), lambda item: item, 1, stop, on(load_stream))
+    copier = _Stage(
+        "rocmtrain-input", fetcher.items(), copy, depth, stop, on(pipeline._copy_stream)
+    )
     try:
         while True:
-            item = out.get()
+            item = copier.out.get()
             if item is _END:
                 return
             if isinstance(item, _Failed):

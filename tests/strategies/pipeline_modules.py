@@ -138,6 +138,7 @@ def fit(
     strategy = rocmtrain.TorchRecStrategy(
         sharding_type="table_wise", pipeline=pipeline, watchdog=None
     )
+
     class Background(pl.Callback):
         def on_fit_start(self, trainer, pl_module):  # after the strategy built its pipeline
             if background is not None and trainer.strategy.input_pipeline is not None:

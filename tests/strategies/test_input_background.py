@@ -14,8 +14,14 @@ import time
 import pytest
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
-from rocmtrain.strategies.input_pipeline import InputPipeline, InputStallReport, PipelinedLoader
+from rocmtrain.strategies.input_pipeline import (
+    InputPipeline,
+    InputStallReport,
+    PipelinedLoader,
+    _host_batches,
+)
 
 
 def _pipeline() -> InputPipeline:
@@ -25,7 +31,8 @@ def _pipeline() -> InputPipeline:
 
 
 def _threads() -> set[str]:
-    return {t.name for t in threading.enumerate() if t.name == "rocmtrain-input"}
+    names = ("rocmtrain-fetch", "rocmtrain-input")
+    return {t.name for t in threading.enumerate() if t.name in names}
 
 
 def test_background_loader_hands_over_every_batch_in_order():
@@ -69,6 +76,59 @@ def test_an_epoch_left_early_stops_the_thread():
         time.sleep(0.02)
     assert not (_threads() - before)
     assert len(made) < 10  # it stopped instead of running ahead forever
+
+
+def test_loading_and_copying_overlap():
+    """The loader's work (building batch k+1) and the copy's (pinning, issuing batch k) run in
+    two threads: 8 batches of 40 ms + 40 ms take about 9 x 40 ms, not 16 x 40 ms."""
+    pipe = _pipeline()
+    prepare = pipe.prepare
+
+    def slow_prepare(batch):
+        time.sleep(0.04)
+        return prepare(batch)
+
+    pipe.prepare = slow_prepare
+
+    def slow_loader():
+        for i in range(8):
+            time.sleep(0.04)
+            yield torch.tensor([i])
+
+    start = time.perf_counter()
+    got = [int(b[0]) for b in PipelinedLoader(slow_loader(), pipe)]
+    elapsed = time.perf_counter() - start
+    assert got == list(range(8))
+    assert elapsed < 0.75 * 16 * 0.04, f"{elapsed:.3f} s: loading and copying ran in series"
+
+
+def test_a_copy_error_is_raised_in_the_training_thread():
+    pipe = _pipeline()
+
+    def broken(batch):
+        raise RuntimeError("copy failed")
+
+    pipe.prepare = broken
+    with pytest.raises(RuntimeError, match="copy failed"):
+        list(PipelinedLoader([torch.zeros(1)], pipe))
+
+
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true")
+def test_a_pinning_loader_without_workers_leaves_pinning_to_the_copy_thread():
+    """``DataLoader(num_workers=0, pin_memory=True)`` pins in the fetching thread; for a GPU its
+    iterator is made without pinning (the copy thread pins), and the loader is left as given."""
+    data = [torch.arange(4) + i for i in range(3)]
+    loader = DataLoader(data, batch_size=None, pin_memory=True)
+    iterator, pin = _host_batches(loader, torch.device("cuda", 0))
+    assert pin and loader.pin_memory and not iterator._pin_memory
+    assert [b.tolist() for b in iterator] == [d.tolist() for d in data]
+    # with workers (their own pin thread), unpinned, or on the CPU: the loader as it is
+    for other, device in (
+        (DataLoader(data, batch_size=None, pin_memory=True, num_workers=1), "cuda"),
+        (DataLoader(data, batch_size=None, pin_memory=False), "cuda"),
+        (loader, "cpu"),
+    ):
+        assert _host_batches(other, torch.device(device))[1] is False
 
 
 def test_stall_report_speaks_once_with_the_numbers_and_the_fix(caplog):

@@ -32,3 +32,23 @@ def test_input_pipeline_on_gpu_matches_the_plain_loop(tmp_path):
     # "auto" on a GPU is the pipeline
     auto = fit(user_module, 0, "auto", tmp_path, accelerator="gpu", devices=1)
     assert auto["overlapped"] == STEPS * EPOCHS - 1
+
+
+def test_a_pinning_loader_is_pinned_and_copied_off_the_training_thread():
+    """``DataLoader(pin_memory=True)`` without workers: the copy thread pins and copies; every
+    batch arrives on the GPU, in order, equal to the loader's."""
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader
+
+    from rocmtrain.strategies.input_pipeline import InputPipeline, PipelinedLoader
+
+    data = [torch.randn(1024, 64) + i for i in range(6)]
+    loader = DataLoader(data, batch_size=None, pin_memory=True)
+    pipe = InputPipeline(nn.Linear(2, 2), torch.device("cuda", torch.cuda.current_device()))
+    got = list(PipelinedLoader(loader, pipe))
+    torch.cuda.synchronize()
+    assert loader.pin_memory
+    assert [b.device.type for b in got] == ["cuda"] * len(data)
+    for want, b in zip(data, got, strict=True):
+        torch.testing.assert_close(b.cpu(), want, rtol=0, atol=0)
