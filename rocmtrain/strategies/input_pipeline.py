@@ -23,7 +23,7 @@ issues the same collectives in the same order.
 
 The math is untouched (the input dist only moves ids): pipelined and plain runs give bitwise the
 same losses. Batches reach ``on_before_batch_transfer`` already on the device. The loader is read
-ahead of training (two batches on CPU ranks, as TorchRec's pipeline does; up to six on GPUs, where
+ahead of training (two batches on CPU ranks, as TorchRec's pipeline does; a few more on GPUs, where
 two background threads load and copy): a data position counted in ``on_before_batch_transfer``
 (``RecDataModule``) stays exact, a loader that counts the batches it hands out itself is that
 many ahead at a mid-epoch checkpoint.
