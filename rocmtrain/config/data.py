@@ -72,12 +72,9 @@ class DataConfig:
     writes them (``int(hex, 16)``), taken ``% rows[f]`` as TorchRec's ``hashes`` and the TSV reader
     do; a negative id is an error there too (no hex id is negative)."""
 
-    mmap: bool | None = True
+    mmap: bool = True
     """``criteo_npy``, ``criteo_multihot``: memory-map the files instead of loading them into
-    memory. ``None`` (auto; ``criteo_multihot``'s default): mapped, except that a split read by
-    ``read_threads`` is loaded into the training process's memory when its days take at most
-    half of the host's available memory shared among the node's ranks (random rows read from
-    page-cache mappings go through 4 KiB pages, several times slower than from memory)."""
+    memory."""
 
     shuffle_window_rows: int = 1 << 22
     """``criteo_multihot`` only: the training order is shuffled within windows of this many rows
@@ -184,8 +181,6 @@ class DataConfig:
             not isinstance(self.num_workers, int) or self.num_workers < 0
         ):
             _fail("num_workers", self.num_workers, "use 0 (main process), a count or null (auto)")
-        if self.mmap is not None and not isinstance(self.mmap, bool):
-            _fail("mmap", self.mmap, "use true (map), false (load into memory) or null (auto)")
         if self.read_threads is not None:
             if not isinstance(self.read_threads, int) or self.read_threads < 0:
                 _fail("read_threads", self.read_threads, "use 0 (off), a count or null (auto)")

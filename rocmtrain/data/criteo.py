@@ -180,7 +180,7 @@ def criteo_factory(
         return read_criteo_npy(
             path,
             days=cfg.days,
-            mmap=cfg.mmap is not False,  # null (auto) maps
+            mmap=cfg.mmap,
             max_rows=cfg.max_rows,
             field=field,
             raw_ids=cfg.npy_ids == "raw",

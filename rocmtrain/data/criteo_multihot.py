@@ -50,12 +50,7 @@ from rocmtrain.data.multihot_files import (
     multihot_days,
     open_day,
 )
-from rocmtrain.data.multihot_reader import (
-    ThreadedReader,
-    fits_in_memory,
-    ranks_on_node,
-    read_threads,
-)
+from rocmtrain.data.multihot_reader import ThreadedReader, read_threads
 
 
 class MultiHotRows:
@@ -171,10 +166,14 @@ def _take(array: torch.Tensor, local: slice | torch.Tensor) -> torch.Tensor:
 
 
 def _take_into(array: np.ndarray, index: slice | np.ndarray, out: np.ndarray) -> None:
-    """``out[:] = array[index]`` without a temporary (``mode="clip"``: ``"raise"`` would gather
-    into a copy first; the row numbers are in range by construction)."""
+    """``out[:] = array[index]`` without a temporary. Rows are gathered as raw bytes: an
+    ``.npz`` member's data start at any byte offset, and ``numpy.take`` first copies a whole
+    unaligned array to aligned memory (the entire member, per call); bytes have no alignment.
+    ``mode="clip"``: ``"raise"`` would gather into a copy first (rows are in range anyway)."""
     if isinstance(index, slice):
         out[...] = array[index]
+    elif array.flags.c_contiguous and out.flags.c_contiguous and array.ndim == 2:
+        np.take(array.view(np.uint8), index, axis=0, out=out.view(np.uint8), mode="clip")
     else:
         np.take(array, index, axis=0, out=out, mode="clip")
 
@@ -347,8 +346,8 @@ def multihot_factory(
         train_days, val_days = days[:-1], days[-1:]
         val_rows = math.ceil(val_days[0].rows / 2)  # MLPerf: first half validation
     hot = check_features(train_days + val_days, table_rows=rows, hot_sizes=multi_hot, field="path")
-    train = MultiHotRows(train_days, mmap=cfg.mmap is not False)
-    val = MultiHotRows(val_days, mmap=cfg.mmap is not False)
+    train = MultiHotRows(train_days, mmap=cfg.mmap)
+    val = MultiHotRows(val_days, mmap=cfg.mmap)
     train_end = len(train) if cfg.max_rows is None else min(len(train), cfg.max_rows)
 
     def factory(
@@ -359,9 +358,6 @@ def multihot_factory(
             return None
         train_device = torch.device(device if device is not None else "cpu")
         threads = read_threads(cfg, train_device, world_size)
-        rows_of = train if is_train else val
-        if cfg.mmap is None and threads and rows_of._arrays is None:
-            rows_of.mmap = not fits_in_memory(rows_of.days, ranks_on_node(world_size))
         return MultiHotSource(
             train if is_train else val,
             row_range=(0, train_end if is_train else val_rows),

@@ -7,8 +7,9 @@ which one pin thread cannot sustain at MLPerf sizes. This path instead:
 
 * reads each batch's rows straight from the memory maps into one set of host buffers (pinned on
   a GPU run) with a pool of threads: the batch is cut into row chunks, one task per chunk, and
-  the next batches are submitted while the current one is finished (``numpy.take`` releases the
-  GIL and, unlike torch ops called from extra threads, starts no OpenMP team per thread);
+  the next batches are submitted while the current one is finished (``numpy.take`` of each row's
+  bytes releases the GIL and, unlike torch ops called from extra threads, starts no OpenMP team
+  per thread; ``_take_into`` in ``criteo_multihot.py`` says why bytes);
 * keeps the files' int32 ids (half the bytes of int64) through the host and the host-to-device
   copy: :class:`HostBatch` ``.to(device)`` copies them, then widens to int64 and takes
   ``% rows[f]`` on that device (the input pipeline calls it on its copy stream).
@@ -184,26 +185,3 @@ def read_threads(cfg: DataConfig, train_device: torch.device, world_size: int) -
 def ranks_on_node(world_size: int) -> int:
     """The ranks sharing this host: one per visible GPU, at most the world size."""
     return max(1, min(world_size, torch.cuda.device_count() or 1))
-
-
-def fits_in_memory(days: list, ranks: int) -> bool:
-    """Whether ``days`` take at most half of the host's available memory shared among ``ranks``
-    (``data.mmap=null``): each rank then holds its own copy, and the page cache keeps room."""
-    size = sum(
-        ref.rows * int(np.prod(ref.shape[1:], dtype=np.int64)) * ref.dtype.itemsize
-        for d in days
-        for ref in (d.dense, d.labels, *d.sparse)
-    )
-    return size <= available_memory() // 2 // max(1, ranks)
-
-
-def available_memory() -> int:
-    """Bytes of memory available to new allocations (Linux ``MemAvailable``; else 0: map)."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0

@@ -29,6 +29,7 @@ and stops at the host batch. The multi-hot file path as the recipe ships it, old
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -166,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             rows.append(doc)
             print(json.dumps(doc), flush=True)
+            gc.collect()  # the variant's loader and arrays go before the next one's
     summary = {name: _spread([r for r in rows if r["variant"] == name]) for name, _ in variants}
     if args.rounds > 1 or len(variants) > 1:
         for name, s in summary.items():

@@ -386,19 +386,3 @@ def test_read_threads_pin_and_finish_on_the_gpu(folder):
             [(r.astype(np.int64) % s).reshape(-1) for r, s in zip(raw, TABLES, strict=True)]
         )
         assert values.cpu().tolist() == want.tolist()
-
-
-def test_mmap_null_loads_a_split_read_by_threads_when_it_fits(folder, monkeypatch):
-    from rocmtrain.data import multihot_reader
-
-    def mapped(**cfg) -> tuple[bool, bool]:
-        dm = make_dm(folder, days=[0, 1, 2], mmap=None, **cfg)
-        next(iter(dm.train_dataloader()))
-        arrays = dm.train_source.rows.arrays()
-        return dm.train_source.rows.mmap, isinstance(arrays[0][1], np.memmap)
-
-    assert mapped(read_threads=2) == (False, False)  # a few KB: loaded into memory
-    assert mapped(read_threads=0) == (True, True)  # loader processes: mapped, as before
-    need = sum(f.stat().st_size for f in folder.glob("day_[01]_*"))
-    monkeypatch.setattr(multihot_reader, "available_memory", lambda: need)  # half: too little
-    assert mapped(read_threads=2) == (True, True)
