@@ -104,6 +104,16 @@ class DataConfig:
     the node, one left for the training process, at most 8 (:func:`auto_num_workers`). 0 = load
     in the training process."""
 
+    read_threads: int | None = None
+    """``criteo_multihot`` only: threads of the training process that read each batch's rows
+    from the memory maps into host buffers (pinned on a GPU run), several batches ahead; the
+    files' int32 ids are widened to int64 and taken ``% rows`` on the training device after the
+    copy (``rocmtrain/data/multihot_reader.py``). ``None`` (auto): on a GPU run without loader
+    processes (``num_workers`` null or 0), as many threads as :func:`auto_num_workers` would
+    give processes; 0 on CPU runs. 0 = build batches as the other kinds do (in the process or in
+    ``num_workers`` loader processes). A count >= 1 reads with threads on any device (a CPU run
+    finishes the batches on the host)."""
+
     pin_memory: bool | None = None
     """Pin host batches for faster host-to-GPU copies. ``None`` (auto): pinned when the run trains
     on a GPU and the batches are made on the host."""
@@ -171,6 +181,23 @@ class DataConfig:
             not isinstance(self.num_workers, int) or self.num_workers < 0
         ):
             _fail("num_workers", self.num_workers, "use 0 (main process), a count or null (auto)")
+        if self.read_threads is not None:
+            if not isinstance(self.read_threads, int) or self.read_threads < 0:
+                _fail("read_threads", self.read_threads, "use 0 (off), a count or null (auto)")
+            if self.read_threads and self.kind != "criteo_multihot":
+                _fail(
+                    "read_threads",
+                    self.read_threads,
+                    "reader threads read data.kind=criteo_multihot only; set null",
+                )
+            if self.read_threads and self.num_workers:
+                _fail(
+                    "read_threads",
+                    self.read_threads,
+                    f"threads read batches in the training process but data.num_workers="
+                    f"{self.num_workers} asks for loader processes: set data.num_workers=0 (or "
+                    "null), or data.read_threads=0 to build batches in the processes",
+                )
         if self.generate_on not in GENERATE_ON:
             _fail("generate_on", self.generate_on, f"choose one of {', '.join(GENERATE_ON)}")
         if self.generate_on == "device" and self.num_workers:

@@ -47,16 +47,22 @@ def make_batch(dense: torch.Tensor, ids: Sequence[torch.Tensor], labels: torch.T
 
 
 def make_batch_from_values(
-    dense: torch.Tensor, values: torch.Tensor, sizes: Sequence[int], labels: torch.Tensor
+    dense: torch.Tensor,
+    values: torch.Tensor,
+    sizes: Sequence[int],
+    labels: torch.Tensor,
+    *,
+    widen: bool = True,
 ) -> Batch:
     """Pack one batch whose key-major ``values`` are already concatenated (no copy of them).
 
     Lengths are the constant ``sizes`` (``L[f]``) known on the host, so building the
-    KeyedJaggedTensor reads nothing back from ``values``.
+    KeyedJaggedTensor reads nothing back from ``values``. ``widen``: cast values to int64 (False
+    keeps int32 ids as read, for a batch widened on its device after the copy).
     """
     batch_size = dense.shape[0]
     keys = feature_keys(len(sizes))
-    if values.dtype != torch.int64:
+    if widen and values.dtype != torch.int64:
         values = values.to(torch.int64)
     # from a per-device template: torch.tensor(list, device=gpu) would copy from pageable host
     # memory, which waits for the stream (a host sync per batch)

@@ -23,8 +23,11 @@ as for ``criteo_npy``: every row once per epoch, every rank the same number of b
 exact next sample (:class:`~rocmtrain.data.loader.PositionedLoader`).
 
 Batch building: one int64 values buffer is filled feature by feature straight from the maps (a
-row gather, the ``%``, the cast, in one numpy call per feature and day); lengths are the
-constant hot sizes, so the KeyedJaggedTensor is built without reading anything back.
+row gather, the ``%``, the cast, in one call per feature and day); lengths are the constant hot
+sizes, so the KeyedJaggedTensor is built without reading anything back. A GPU run without loader
+processes reads with threads instead (``data.read_threads``,
+:mod:`rocmtrain.data.multihot_reader`): the files' int32 ids go into pinned buffers and are
+widened and taken ``%`` on the GPU, after a copy of half the bytes.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from rocmtrain.data.multihot_files import (
     multihot_days,
     open_day,
 )
+from rocmtrain.data.multihot_reader import ThreadedReader, read_threads
 
 
 class MultiHotRows:
@@ -124,6 +128,28 @@ class MultiHotRows:
                 else:  # the int32 remainder, written straight into the int64 buffer
                     torch.remainder(ids, table_rows[f], out=out[lo:hi])
 
+    def read_raw(
+        self,
+        rows: np.ndarray,
+        *,
+        dense: np.ndarray,
+        labels: np.ndarray,
+        values: list[np.ndarray],
+    ) -> None:
+        """Like :meth:`read`, into numpy views of host buffers, keeping the files' int32 ids
+        (no ``%``: :class:`~rocmtrain.data.multihot_reader.HostBatch` takes it on the device).
+        numpy only: it releases the GIL and runs single-threaded (the reader threads' own)."""
+        for part, lo, hi, local in self.segments(rows):
+            day_dense, day_labels, day_sparse = self.arrays()[part]
+            index = local if isinstance(local, slice) else local.numpy()
+            _take_into(day_dense.numpy(), index, dense[lo:hi])
+            labels[lo:hi] = np.asarray(day_labels[index]).reshape(-1)
+            for f, (member, out) in enumerate(zip(day_sparse, values, strict=True)):
+                ids = out[lo:hi]
+                _take_into(member.numpy(), index, ids)
+                if ids.size and ids.min() < 0:
+                    self._negative(part, f, torch.from_numpy(ids), local)
+
     def _negative(self, part: int, feature: int, ids: torch.Tensor, local) -> None:
         sample, col = (int(i) for i in torch.nonzero(ids < 0)[0])
         row = (local.start + sample) if isinstance(local, slice) else int(local[sample])
@@ -137,6 +163,19 @@ class MultiHotRows:
 def _take(array: torch.Tensor, local: slice | torch.Tensor) -> torch.Tensor:
     """Rows ``local`` of ``array``: a view for a slice, else a gather."""
     return array[local] if isinstance(local, slice) else torch.index_select(array, 0, local)
+
+
+def _take_into(array: np.ndarray, index: slice | np.ndarray, out: np.ndarray) -> None:
+    """``out[:] = array[index]`` without a temporary. Rows are gathered as raw bytes: an
+    ``.npz`` member's data start at any byte offset, and ``numpy.take`` first copies a whole
+    unaligned array to aligned memory (the entire member, per call); bytes have no alignment.
+    ``mode="clip"``: ``"raise"`` would gather into a copy first (rows are in range anyway)."""
+    if isinstance(index, slice):
+        out[...] = array[index]
+    elif array.flags.c_contiguous and out.flags.c_contiguous and array.ndim == 2:
+        np.take(array.view(np.uint8), index, axis=0, out=out.view(np.uint8), mode="clip")
+    else:
+        np.take(array, index, axis=0, out=out, mode="clip")
 
 
 class WindowedOrder:
@@ -208,6 +247,9 @@ class MultiHotSource:
         drop_last: bool,
         seed: int,
         split: str,
+        read_threads: int = 0,
+        pin: bool = False,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.rows = rows
         self.start, end = row_range
@@ -234,6 +276,13 @@ class MultiHotSource:
             else None
         )
 
+        self.device = torch.device(device)
+        """Where batches are finished (int64 ids ``% rows``): the training device when reader
+        threads hand out :class:`~rocmtrain.data.multihot_reader.HostBatch` es, else the host."""
+        self.reader = (
+            ThreadedReader(self, threads=read_threads, pin=pin) if read_threads > 0 else None
+        )
+
     def __len__(self) -> int:
         return len(self.slices)
 
@@ -246,6 +295,15 @@ class MultiHotSource:
         return np.sort(self.order.rows(epoch, lo, hi)) + self.start
 
     def batch(self, epoch: int, index: int) -> Batch:
+        if self.reader is None:
+            return self.batch_built(epoch, index)
+        host = self.reader.batch(epoch, index)
+        # a GPU run's batch is finished on the GPU by .to(); a CPU run's here
+        return host if self.device.type != "cpu" else host.to(self.device)
+
+    def batch_built(self, epoch: int, index: int) -> Batch:
+        """Batch ``index`` of ``epoch`` built in this process (or a loader process): int64 ids,
+        taken ``% rows``, in freshly allocated host memory."""
         rows = self.positions(epoch, index)
         size = len(rows)
         dense = torch.empty(size, self.num_dense, dtype=torch.float32)
@@ -293,11 +351,13 @@ def multihot_factory(
     train_end = len(train) if cfg.max_rows is None else min(len(train), cfg.max_rows)
 
     def factory(
-        split: str, rank: int, world_size: int, device: object = None
-    ) -> MultiHotSource | None:  # rows are read on the host whatever the training device
+        split: str, rank: int, world_size: int, device: torch.device | None = None
+    ) -> MultiHotSource | None:
         is_train = split == "train"
         if not is_train and val_rows == 0:
             return None
+        train_device = torch.device(device if device is not None else "cpu")
+        threads = read_threads(cfg, train_device, world_size)
         return MultiHotSource(
             train if is_train else val,
             row_range=(0, train_end if is_train else val_rows),
@@ -311,6 +371,12 @@ def multihot_factory(
             drop_last=cfg.drop_last and is_train,
             seed=seed,
             split=split,
+            read_threads=threads,
+            pin=bool(threads)
+            and train_device.type == "cuda"
+            and torch.cuda.is_available()
+            and cfg.pin_memory is not False,
+            device=train_device if threads else "cpu",
         )
 
     return factory

@@ -557,7 +557,8 @@ class InputStallReport:
             fix = (
                 "build batches in loader processes (rocmtrain recipes: data.num_workers=N, your "
                 "own DataLoader: num_workers=N) or, for synthetic data, on the GPU "
-                "(data.generate_on=device)"
+                "(data.generate_on=device); data=criteo_multihot reads with threads: raise "
+                "data.read_threads"
             )
         self.reported = (
             f"input pipeline: training waited {wait_s * 1e3:.1f} ms per step for its next batch "

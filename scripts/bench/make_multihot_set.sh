@@ -15,14 +15,15 @@
 #     data.days=[0,1,2]
 #   python -m rocmtrain recipe=dlrm_dcnv2_h200 data=criteo_npy data.path=DIR/onehot \
 #     data.days=[0,1,2] data.val_fraction=0.02 model.multi_hot_sizes=null
-# (loader workers and pinning are chosen from the machine unless data.num_workers/pin_memory are set)
+# (criteo_multihot on a GPU reads with data.read_threads threads into pinned buffers, chosen from
+# the machine unless set; data.read_threads=0: loader processes as criteo_npy uses)
 # Run from the repository root (PYTHONPATH=$PWD, or an installed rocmtrain); PYTHON picks the
 # interpreter. Needs ~12 GB free in DIR while writing (each feature is written to its own .npy,
 # then streamed into the day's .npz), ~6.5 GB after.
 set -euo pipefail
 
 if [ $# -lt 1 ] || [ "${1:0:1}" = "-" ]; then
-  sed -n 2,21p "$0"
+  sed -n 2,22p "$0"
   exit 2
 fi
 DIR=$1
@@ -35,7 +36,7 @@ while [ $# -gt 0 ]; do
     --workers) WORKERS=$2; shift ;;
     --rows) ROWS=$2; shift ;;
     --only) ONLY=$2; shift ;;
-    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
     *) echo "make_multihot_set.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift

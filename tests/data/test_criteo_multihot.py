@@ -8,6 +8,7 @@ import math
 import re
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -261,3 +262,127 @@ def test_a_negative_id_is_reported_when_its_batch_is_read(tmp_path):
     message = str(err.value)
     assert "\n" not in message
     assert f"{tmp_path}/day_0_sparse_multi_hot.npz member 1.npy row 7 holds id -3" in message
+
+
+# -- data.read_threads: rows read by threads into host buffers, finished on the training device --
+
+
+def on_device(dm, device: str):
+    """``dm`` set up as a run training on ``device`` (what a DataModule reads of its trainer)."""
+    dm.trainer = SimpleNamespace(
+        strategy=SimpleNamespace(root_device=torch.device(device)), num_devices=1
+    )
+    dm.train_source = dm.val_source = None
+    dm.setup()
+    return dm
+
+
+def expected(folder: Path, batch, days=(0, 1)) -> tuple[list, list]:
+    """The batch's ids (as in the files; and % TABLES, int64) and labels, read back with numpy
+    by the row tag in dense column 0."""
+    zips = {d: np.load(folder / f"day_{d}_sparse_multi_hot.npz") for d in days}
+    labels = {d: np.load(folder / f"day_{d}_labels.npy") for d in days}
+    day, row = np.divmod(batch.dense_features[:, 0].to(torch.int64).cpu().numpy(), TAG)
+    raw = [np.stack([zips[d][str(f)][r] for d, r in zip(day, row, strict=True)]) for f in range(4)]
+    want_labels = [float(labels[d][r, 0]) for d, r in zip(day, row, strict=True)]
+    return raw, want_labels
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_read_threads_batches_equal_the_files_rows_read_back_with_numpy(folder, device):
+    """A GPU run (``cuda``: built as one, on any machine) reads int32 ids into host buffers and
+    ``.to(device)`` widens them and takes ``% rows`` there; a CPU run with reader threads hands
+    out finished batches. Both equal the files read back with numpy, and the batch-building
+    path's batches for the same (seed, epoch, batch)."""
+    threads = None if device == "cuda" else 2  # auto on a GPU run, 0 on a CPU run
+    dm = on_device(make_dm(folder, days=[0, 1, 2], shuffle_window_rows=40, read_threads=threads),
+                   device)  # fmt: skip
+    built = make_dm(folder, days=[0, 1, 2], shuffle_window_rows=40, read_threads=0)
+    assert dm.train_source.reader is not None and built.train_source.reader is None
+    target = device if device == "cpu" or torch.cuda.is_available() else "cpu"
+    wrapped = 0
+    batches = list(dm.train_dataloader())
+    assert len(batches) == (150 + 97) // 16
+    for host, ref in zip(batches, built.train_dataloader(), strict=True):
+        raw, want_labels = expected(folder, host)
+        if device == "cuda":  # the host batch: the files' int32 ids, nothing taken % yet
+            assert host.sparse_features.values().dtype == torch.int32
+            got_raw = host.sparse_features.values().split([16 * h for h in HOT])
+            assert [g.reshape(16, -1).tolist() for g in got_raw] == [r.tolist() for r in raw]
+        batch = host.to(target)
+        kjt = batch.sparse_features.to_dict()
+        assert batch.sparse_features.values().dtype == torch.int64
+        for f, (hot, size) in enumerate(zip(HOT, TABLES, strict=True)):
+            got = kjt[f"cat_{f}"].values().cpu().reshape(16, hot)
+            assert got.tolist() == (raw[f].astype(np.int64) % size).tolist()
+            assert kjt[f"cat_{f}"].lengths().tolist() == [hot] * 16
+            wrapped += int((raw[f] >= size).sum())
+        assert batch.labels.cpu().tolist() == want_labels
+        assert torch.equal(batch.dense_features.cpu(), ref.dense_features)
+        assert torch.equal(batch.sparse_features.values().cpu(), ref.sparse_features.values())
+    assert wrapped > 1000  # the % was exercised
+
+
+def test_read_threads_resume_and_reposition_give_the_uninterrupted_batches(folder):
+    """Batches read ahead for one position are not handed out for another: a resumed
+    datamodule and a jump back in the same one give the batch-building path's batches."""
+    cfg = {"days": [0, 1, 2], "shuffle_window_rows": 50, "batch_size": 24}
+    built = make_dm(folder, read_threads=0, **cfg).train_source
+    reference = [tags(built.batch(e, k)) for e in range(2) for k in range(len(built))]
+    first = make_dm(folder, read_threads=2, **cfg)
+    it = iter(first.train_dataloader())
+    seen = [tags(next(it)) for _ in range(4)]  # batches 4..6 are read ahead
+    state = first.state_dict()
+    resumed = make_dm(folder, read_threads=3, **cfg)
+    resumed.load_state_dict(state)
+    rest = [tags(b) for _ in range(2) for b in resumed.train_dataloader()]
+    assert seen + rest == reference
+    first.load_state_dict({"epoch": 1, "batch": 2})  # the same reader, another position
+    assert [tags(b) for b in first.train_dataloader()] == reference[len(built) + 2 :]
+
+
+def test_read_threads_report_a_negative_id_and_bad_settings(tmp_path):
+    ids = np.zeros((40, 1), np.int32)
+    ids[7, 0] = -3
+    write_day(tmp_path, 0, 40, replace={1: ids})
+    write_day(tmp_path, 1, 40)
+    dm = on_device(make_dm(tmp_path, days=[0, 1], shuffle=False, read_threads=2), "cuda")
+    with pytest.raises(DataConfigError) as err:
+        list(dm.train_dataloader())
+    assert f"{tmp_path}/day_0_sparse_multi_hot.npz member 1.npy row 7 holds id -3" in str(err.value)
+    for bad, pattern in (
+        ({"read_threads": -1}, r"data\.read_threads=-1 is invalid: use 0 \(off\)"),
+        ({"read_threads": 2, "num_workers": 3}, r"read_threads=2 .*data\.num_workers=3 asks"),
+    ):
+        with pytest.raises(DataConfigError, match=pattern):
+            make_dm(tmp_path, days=[0, 1], **bad)
+    with pytest.raises(DataConfigError, match=r"read_threads=1 .*criteo_multihot only"):
+        DataConfig(read_threads=1).validate()
+
+
+def test_a_gpu_run_reads_with_threads_by_default_and_no_loader_processes(folder):
+    from rocmtrain.config.data import auto_num_workers
+
+    gpu = on_device(make_dm(folder, days=[0, 1, 2]), "cuda")
+    kwargs = gpu._loader_kwargs()
+    assert (kwargs["num_workers"], kwargs["pin_memory"]) == (0, False)  # pinned by the reader
+    assert gpu.train_source.reader.threads == auto_num_workers(1)
+    assert gpu.train_source.reader.pin == torch.cuda.is_available()
+    old = on_device(make_dm(folder, days=[0, 1, 2], read_threads=0), "cuda")
+    assert old.train_source.reader is None and old._loader_kwargs()["num_workers"] >= 1
+    assert on_device(make_dm(folder, days=[0, 1, 2]), "cpu").train_source.reader is None
+
+
+@pytest.mark.gpu
+def test_read_threads_pin_and_finish_on_the_gpu(folder):
+    dm = on_device(make_dm(folder, days=[0, 1, 2]), "cuda")
+    for host in dm.train_dataloader():
+        assert host.dense_features.is_pinned() and host.sparse_features.values().is_pinned()
+        batch = host.to(torch.device("cuda"), non_blocking=True)
+        raw, _ = expected(folder, host)
+        values = batch.sparse_features.values()
+        assert values.is_cuda and values.dtype == torch.int64
+        want = np.concatenate(
+            [(r.astype(np.int64) % s).reshape(-1) for r, s in zip(raw, TABLES, strict=True)]
+        )
+        assert values.cpu().tolist() == want.tolist()
