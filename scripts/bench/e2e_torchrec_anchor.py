@@ -30,6 +30,7 @@ import statistics
 
 import torch
 import torch.distributed as dist
+
 from rocmtrain.throughput import WindowClock
 
 MLPERF_MULTI_HOT = [
