@@ -101,8 +101,10 @@ def _move_batch_counters(extras: dict[str, Any], saved_batch: int, batch: int) -
     progress = fit.get("epoch_loop.batch_progress")
     if not isinstance(progress, dict):
         return
-    for key in ("ready", "started", "processed", "completed"):
-        if key in progress.get("current", {}):
-            progress["current"][key] = batch
-        if key in progress.get("total", {}):
-            progress["total"][key] += batch - saved_batch
+    # shifted, not set: a checkpoint written in on_train_batch_end counts that batch ready but
+    # not yet completed, and Lightning completes it on restart
+    for part in ("current", "total"):
+        counters = progress.get(part, {})
+        for key in ("ready", "started", "processed", "completed"):
+            if key in counters:
+                counters[key] += batch - saved_batch
