@@ -228,8 +228,10 @@ def _complete(tmp: Path, final: Path, per_rank: dict[str, Any], world_size: int)
 def read_sharded(path: Path, *, sharded: dict[str, Any], rank: int) -> dict[str, Any]:
     """Load DCP state into ``sharded`` (in place, resharding as needed); return this rank's dict.
 
-    A run resumed with a different world size gets rank 0's per-rank state (loops, optimizer of
-    the dense part); data position and RNG then continue from rank 0's.
+    A rank with no ``rank_<r>.pt`` of its own (a run resumed on more ranks than were saved)
+    gets rank 0's per-rank state (loops, dense optimizer, data position, RNG);
+    :func:`rocmtrain.checkpoint_reshard.adapt` then gives it its own RNG seed and moves the
+    data position to the new world size.
     """
     import torch.distributed.checkpoint as dcp
 

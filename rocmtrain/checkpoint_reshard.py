@@ -8,8 +8,9 @@ row-wise, data-parallel), in the same run of :meth:`ShardedCheckpointMixin.load_
   state reshards itself; the same files load on CUDA, ROCm and CPU builds (tensors are loaded
   into the new shards, wherever they live).
 - **Per-rank state** (``rank_<r>.pt``: dense optimizer, Lightning's loops, data position, RNG):
-  a rank that has no file of its own (more ranks than were saved) reads ``rank_0.pt``. The dense
-  part is replicated by DDP, so rank 0's dense optimizer state is every rank's.
+  a rank that has no file of its own (more ranks than were saved) reads ``rank_0.pt``
+  (:func:`rocmtrain.checkpoint.read_sharded`). The dense part is replicated by DDP, so rank 0's
+  dense optimizer state is every rank's.
 - **Data position**: saved as the global count of samples of the epoch consumed by all ranks
   (:mod:`rocmtrain.data.loader`); on another world size the rest of the epoch is split over the
   new ranks, so no sample of the epoch is skipped or trained twice. Lightning's batch counters
@@ -32,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -50,18 +52,15 @@ def saved_world_size(path: Path) -> int | None:
     return size if isinstance(size, int) else None
 
 
-def per_rank_file(path: Path, rank: int) -> Path:
-    """This rank's ``rank_<r>.pt``, or rank 0's when the checkpoint has none for it."""
-    own = Path(path) / f"rank_{rank}.pt"
-    return own if own.exists() else Path(path) / "rank_0.pt"
-
-
 def adapt(extras: dict[str, Any], path: Path, *, trainer: Any, rank: int, world_size: int) -> dict:
     """Fit the per-rank ``extras`` read from checkpoint ``path`` to this run's world size.
 
     Gives a rank that was not saved its own RNG seed, and moves Lightning's batch counters to
     the batch the data loader continues at. Unchanged world sizes pass through untouched.
     """
+    problem = data_parallel_change(path, getattr(trainer, "strategy", None))
+    if problem is not None:
+        raise ckpt.ResumeError(problem)
     saved = saved_world_size(path)
     if saved is not None and rank >= saved and "rng" in extras:
         extras["rng"] = derived_rng(extras["rng"], rank)
@@ -78,6 +77,54 @@ def adapt(extras: dict[str, Any], path: Path, *, trainer: Any, rank: int, world_
                     path, saved, world_size, epoch, position.get("samples"), batch,
                 )  # fmt: skip
     return extras
+
+
+_TABLE = re.compile(r"embedding_bags\.([^.]+)\.weight")
+
+
+def _tables(keys: Any) -> set[str]:
+    return {m.group(1) for k in keys if (m := _TABLE.search(k))}
+
+
+def data_parallel_change(path: Path, strategy: Any) -> str | None:
+    """One line when a table moves between data-parallel and sharded, else None.
+
+    A sharded table's optimizer state is in the fused embedding optimizer, a data-parallel
+    one's in the dense optimizer (TorchRec trains it with DDP): one has no state for the other,
+    so such a resume stops here, before Lightning fails to load the dense optimizer.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    plan = getattr(strategy, "sharding_plan", None)
+    if plan is None:
+        return None
+    now_dp = {
+        t
+        for mp in plan.plan.values()
+        for t, ps in mp.items()
+        if ps.sharding_type == "data_parallel"
+    }
+    keys = list(dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata)
+    every = _tables(k for k in keys if k.startswith("model."))
+    was_dp = every - _tables(k for k in keys if k.startswith("fused_optimizer."))
+    moved = sorted((now_dp ^ was_dp) & every)
+    if not moved:
+        return None
+    where = ", ".join(
+        f"{t} {'data_parallel' if t in was_dp else 'sharded'} there, "
+        f"{'data_parallel' if t in now_dp else 'sharded'} here"
+        for t in moved[:3]
+    )
+    pin = " ".join(
+        f"strategy.per_table_sharding.{t}="
+        f"{'data_parallel' if t in was_dp else '<table_wise|row_wise>'}"
+        for t in moved[:3]
+    )
+    return (
+        f"checkpoint {path} cannot resume with this sharding plan: {where} (its optimizer state "
+        f"is in the other optimizer); pin the saved kind with {pin}, or start over "
+        "(checkpoint.resume=never, or a new run_dir)"
+    )
 
 
 def derived_rng(saved: dict[str, Any], rank: int) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 A 2-rank table-wise run trains 3 steps of an epoch of Criteo ``.npy`` rows (dense feature 0 of
 row ``i`` is ``i``: the sample id) and checkpoints. That checkpoint is resumed on 1 rank, on 3
-ranks (table-wise) and on 2 ranks row-wise and data-parallel. Right after loading, the tables and the fused
+ranks (table-wise) and on 2 ranks row-wise; as data-parallel it stops with one line. Right after loading, the tables and the fused
 optimizer state, gathered from every rank's shards, equal the saved ones bit for bit; training
 then finishes the epoch, and every sample id of the epoch is trained on exactly once across the
 change.
@@ -50,6 +50,7 @@ def _cfg(run_dir: Path, data: Path, sharding: str, world: int):
         num_embeddings_per_feature=TABLES,
         dense_arch_layer_sizes=[16, 16],
         over_arch_layer_sizes=[16, 1],
+        embedding_optimizer="rowwise_adagrad",
     )
     cfg.data = DataConfig(
         kind="criteo_npy", path=str(data), batch_size=BATCH, val_fraction=0.0, drop_last=False
@@ -62,8 +63,8 @@ def _cfg(run_dir: Path, data: Path, sharding: str, world: int):
     cfg.watchdog.enabled = False
     cfg.monitor.enabled = False
     cfg.strategy.sharding_type = sharding
-    if sharding == "row_wise":
-        cfg.kernel = "torch"  # FBGEMM's CPU kernels have no row-wise shards
+    # on CPU, row-wise shards need rocmtrain's torch kernel; data-parallel tables FBGEMM's
+    cfg.kernel = "fbgemm" if sharding == "data_parallel" else "torch"
     return cfg
 
 
@@ -183,9 +184,15 @@ def test_two_rank_table_wise_resumes_on_three_ranks(saved):
 
 
 def test_two_rank_table_wise_resumes_row_wise(saved):
-    """Also another kernel: FBGEMM's fused optimizer state loads into rocmtrain's torch kernel."""
     _check_resume(saved, 2, "row", "row_wise")
 
 
-def test_two_rank_table_wise_resumes_data_parallel(saved):
-    _check_resume(saved, 2, "dp", "data_parallel")
+def test_sharded_table_resumed_data_parallel_says_what_to_do(saved):
+    """A data-parallel table's optimizer state lives in the dense optimizer, a sharded one's in
+    the fused embedding optimizer: no state to carry over, so one line says what to pin."""
+    root, _ = saved
+    with pytest.raises(Exception) as err:
+        run_ranks(_resume_worker, 1, str(root), "dp", "data_parallel", 1)
+    line = [x for x in str(err.value).splitlines() if "ResumeError: " in x][-1]
+    assert "t_cat_0" in line and "data_parallel here" in line
+    assert "strategy.per_table_sharding" in line
