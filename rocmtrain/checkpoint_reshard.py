@@ -1,7 +1,7 @@
 """Resuming a checkpoint on another world size or sharding plan.
 
-A checkpoint written by N ranks loads on M ranks, and with another sharding plan (table-wise,
-row-wise, data-parallel), in the same run of :meth:`ShardedCheckpointMixin.load_checkpoint`:
+A checkpoint written by N ranks loads on M ranks, and with another sharding plan (table-wise
+<-> row-wise, ...), in :meth:`ShardedCheckpointMixin.load_checkpoint`:
 
 - **Tables and fused optimizer state**: torch.distributed.checkpoint stores every tensor with
   its global offsets and reads back whatever slices the new plan's shards cover, so the sharded
@@ -14,18 +14,21 @@ row-wise, data-parallel), in the same run of :meth:`ShardedCheckpointMixin.load_
 - **Data position**: saved as the global count of samples of the epoch consumed by all ranks
   (:mod:`rocmtrain.data.loader`); on another world size the rest of the epoch is split over the
   new ranks, so no sample of the epoch is skipped or trained twice. Lightning's batch counters
-  are set to the batch the loader continues at, so the epoch still ends after its last batch.
+  move to the batch the loader continues at, so the epoch still ends after its last batch.
 - **RNG rule**: a rank that was saved gets its own RNG state back (python, numpy, torch, CUDA).
   A rank that was not (rank ``r >= N``) seeds python, numpy and torch from a hash of rank 0's
-  saved torch RNG state and ``r``: deterministic for a given checkpoint, distinct per rank.
+  saved torch RNG state and ``r``: deterministic for a given checkpoint, distinct per rank (its
+  CUDA/ROCm generator keeps the run's seed).
   An unchanged world size resumes exactly as before (bit-identical to an uninterrupted run);
   after a change the run is reproducible, but not bit-identical to any run on the old size.
 
-Limits: the data position needs a checkpoint that recorded ``samples`` (written by this version
-or later); an older one resumes at its batch index. With ``data.cache_batches`` (synthetic
-throughput runs) the position is kept approximately. When the rest of an epoch of more ranks is
-longer than a whole epoch on the fewer new ones, its batches grow to fit (see
-:func:`rocmtrain.data.loader.tail_slices`).
+Limits: a table cannot move between sharded and data-parallel (its optimizer state would have
+to move between the fused and the dense optimizer, which need not even be of one kind):
+:func:`data_parallel_change` stops such a resume with one line naming the table and the setting
+that resumes it. A checkpoint written before the sample count was recorded resumes at its batch
+index. With ``data.cache_batches`` (synthetic throughput runs) the position is approximate. When
+the rest of an epoch begun on more ranks is longer than a whole epoch on the fewer new ones, its
+batches grow to fit (:func:`rocmtrain.data.loader.tail_slices`).
 """
 
 from __future__ import annotations
@@ -116,14 +119,15 @@ def data_parallel_change(path: Path, strategy: Any) -> str | None:
         for t in moved[:3]
     )
     pin = " ".join(
-        f"strategy.per_table_sharding.{t}="
-        f"{'data_parallel' if t in was_dp else '<table_wise|row_wise>'}"
+        f"+strategy.per_table_sharding.{t}={'data_parallel' if t in was_dp else 'table_wise'}"
         for t in moved[:3]
     )
+    more = f" (and {len(moved) - 3} more tables)" if len(moved) > 3 else ""
     return (
-        f"checkpoint {path} cannot resume with this sharding plan: {where} (its optimizer state "
-        f"is in the other optimizer); pin the saved kind with {pin}, or start over "
-        "(checkpoint.resume=never, or a new run_dir)"
+        f"checkpoint {path} cannot resume with this sharding plan: {where}{more}, and the "
+        "optimizer state of a sharded table is in the fused embedding optimizer, of a "
+        f"data-parallel one in the dense optimizer; pin the saved kind ({pin}; any sharded kind "
+        "loads a sharded table), or start over (checkpoint.resume=never, or a new run_dir)"
     )
 
 
