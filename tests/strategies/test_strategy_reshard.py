@@ -81,13 +81,17 @@ def _pieces(value) -> list[tuple[list[int], torch.Tensor]]:
 
 
 def _state(trainer) -> dict[str, list]:
-    """Every tensor of the model and of the fused optimizer, as this rank's pieces."""
+    """Every tensor of the model, the fused and the dense optimizer, as this rank's pieces."""
     module = trainer.lightning_module
     out = {f"model.{k}": _pieces(v) for k, v in module.state_dict().items()}
     fused = trainer.strategy.dmp.fused_optimizer.state_dict()["state"]
     for param, states in fused.items():
         for name, value in states.items():
             out[f"optim.{param}.{name}"] = _pieces(value)
+    # the dense optimizer (replicated; keyed by parameter index, the same under every plan)
+    for index, states in trainer.optimizers[0].state_dict()["state"].items():
+        for name, value in states.items():
+            out[f"dense_optim.{index}.{name}"] = _pieces(torch.as_tensor(value))
     return out
 
 
@@ -168,6 +172,9 @@ def _check_resume(saved, world: int, name: str, sharding: str) -> None:
     want = _gather(before, "final")
     got = _gather(after, "loaded")
     assert sorted(got) == sorted(want)
+    assert any(k.startswith("optim.") for k in want) and any(
+        k.startswith("dense_optim.") for k in want
+    )
     for k, v in want.items():
         assert torch.equal(v, got[k]), k
     ids = sorted(i for r in before for i in r["seen"]) + sorted(i for r in after for i in r["seen"])
