@@ -182,22 +182,22 @@ def tail_slices(
 ) -> tuple[list[tuple[int, int]], list[int]]:
     """This rank's slices of rows ``[start, num_rows)`` of an epoch's order, and each round's end.
 
-    Split as :func:`rank_row_slices` splits a whole epoch. When that takes more than
-    ``max_batches`` batches (the rest of an epoch of more ranks, resumed on fewer, can be longer
-    than a whole epoch here) the batches grow just enough to fit: skipping rows would lose them.
+    Split as :func:`rank_row_slices` splits a whole epoch (so fewer rows than ranks are left
+    out). When that takes more than ``max_batches`` batches (the rest of an epoch of more ranks,
+    resumed on fewer, can be longer than a whole epoch here) the batches grow just enough to fit
+    and keep every row: dropping them would lose samples the epoch began with.
     """
     remaining = max(0, num_rows - start)
     if max_batches <= 0 or remaining == 0:
         return [], []
-    size = batch_size
-    while True:
-        kw = dict(batch_size=size, world_size=world_size, drop_last=drop_last)
+    kw: dict[str, Any] = dict(batch_size=batch_size, world_size=world_size, drop_last=drop_last)
+    mine = rank_row_slices(remaining, rank=rank, **kw)
+    if len(mine) > max_batches:  # ceil: max_batches rounds hold every row
+        grown = -(-remaining // (world_size * max_batches))
+        kw = dict(batch_size=grown, world_size=world_size, drop_last=False)
         mine = rank_row_slices(remaining, rank=rank, **kw)
-        if len(mine) <= max_batches:
-            ends = _round_ends(remaining, **kw)
-            shift = [(lo + start, hi + start) for lo, hi in mine]
-            return shift, [e + start for e in ends]
-        size = -(-remaining // (world_size * max_batches))  # ceil: fits in max_batches rounds
+    ends = _round_ends(remaining, **kw)
+    return [(lo + start, hi + start) for lo, hi in mine], [e + start for e in ends]
 
 
 class RowLayout:
@@ -236,7 +236,6 @@ class RowLayout:
             _, start, slices, ends = self._resumed
             first = len(slices) - len(ends)
             return start if batch <= first else ends[min(batch, len(slices)) - first - 1]
-
         if batch <= 0 or not self._ends:
             return 0
         return self._ends[min(batch, len(self._ends)) - 1]

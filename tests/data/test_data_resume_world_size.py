@@ -153,3 +153,14 @@ def test_finished_epoch_resumes_with_the_next(kinds):
     assert dm.state_dict()["epoch"] == 0 and dm.state_dict()["batch"] == len(dm.train_source)
     first = next(iter(loader))
     assert dm.state_dict()["epoch"] == 1 and len(first.labels) == 8
+
+
+@pytest.mark.parametrize("kind", ["synthetic", "synthetic_resample"])
+def test_rest_of_a_larger_epoch_fits_by_growing_batches(kinds, kind):
+    """Synthetic epochs are num_train_batches per rank: the rest of a 4-rank epoch is longer than
+    a 1-rank epoch, so its batches grow rather than drop samples."""
+    cfg, hot = kinds[kind]
+    whole = _epoch(cfg, 4, hot)
+    before, state = _train(cfg, 4, None, 1, hot)
+    after, _ = _train(cfg, 1, state, None, hot)
+    assert sorted(before + after) == sorted(whole)
