@@ -42,7 +42,9 @@ API (all paths are ``pathlib.Path``):
 
 Resume: ``trainer.fit(module, datamodule=dm, ckpt_path=find_resume(root))`` restores the sharded
 tables, the fused embedding optimizer state, the dense optimizer, Lightning's loops (epoch and
-batch), the datamodule's data position (its ``state_dict``) and every rank's RNG.
+batch), the datamodule's data position (its ``state_dict``) and every rank's RNG. A checkpoint
+resumes on another world size or sharding plan too: :mod:`rocmtrain.checkpoint_reshard` states
+the rules (rank files, data position, RNG) and their limits.
 """
 
 from __future__ import annotations

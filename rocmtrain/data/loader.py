@@ -90,11 +90,11 @@ class PositionedLoader(DataLoader):
             epoch, index = self._handed_out.popleft()
             self._position = (epoch, index + 1)
 
-    def state_dict(self) -> dict[str, int]:
+    def state_dict(self) -> dict[str, Any]:
         epoch, batch = self._position
         return position_state(self.dataset.source, epoch, batch)
 
-    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._position = resume_position(self.dataset.source, state_dict)
         self._handed_out.clear()
 
