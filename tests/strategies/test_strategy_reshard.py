@@ -104,10 +104,12 @@ def _fit(cfg, *, ckpt_path=None, max_steps=-1):
 
     seen: list[int] = []
     loaded: dict = {}
+    rng: dict = {}
 
     class Record(pl.Callback):
         def on_train_start(self, trainer, module):
             loaded.update(_state(trainer))  # after the checkpoint is loaded, before any step
+            rng["torch"] = torch.get_rng_state()
 
         def on_train_batch_start(self, trainer, module, batch, batch_idx):
             seen.extend(batch.dense_features[:, 0].long().tolist())
@@ -124,7 +126,7 @@ def _fit(cfg, *, ckpt_path=None, max_steps=-1):
     trainer = build_trainer(cfg, Path(cfg.run_dir), max_steps=max_steps)
     trainer.callbacks.append(Record())
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
-    return dict(seen=seen, loaded=loaded, final=_state(trainer))
+    return dict(seen=seen, loaded=loaded, final=_state(trainer), rng=rng)
 
 
 def _save_worker(rank: int, root: str) -> dict:
@@ -166,7 +168,7 @@ def saved(tmp_path_factory):
     return root, results
 
 
-def _check_resume(saved, world: int, name: str, sharding: str) -> None:
+def _check_resume(saved, world: int, name: str, sharding: str) -> list[dict]:
     root, before = saved
     after = run_ranks(_resume_worker, world, str(root), name, sharding, world)
     want = _gather(before, "final")
@@ -180,6 +182,7 @@ def _check_resume(saved, world: int, name: str, sharding: str) -> None:
     ids = sorted(i for r in before for i in r["seen"]) + sorted(i for r in after for i in r["seen"])
     assert len(before[0]["seen"]) == STEPS * BATCH
     assert sorted(ids) == list(range(ROWS)), "a sample skipped or trained twice"
+    return after
 
 
 def test_two_rank_table_wise_resumes_on_one_rank(saved):
@@ -187,7 +190,15 @@ def test_two_rank_table_wise_resumes_on_one_rank(saved):
 
 
 def test_two_rank_table_wise_resumes_on_three_ranks(saved):
-    _check_resume(saved, 3, "three", "table_wise")
+    from rocmtrain.checkpoint_reshard import derived_rng
+
+    after = _check_resume(saved, 3, "three", "table_wise")
+    # the RNG rule: saved ranks get their own state back, rank 2 one derived from rank 0's
+    folder = saved[0] / "saved" / "checkpoints" / f"step-{STEPS:09d}"
+    own = [torch.load(folder / f"rank_{r}.pt", weights_only=False)["rng"] for r in (0, 1)]
+    assert torch.equal(after[0]["rng"]["torch"], own[0]["torch"])
+    assert torch.equal(after[1]["rng"]["torch"], own[1]["torch"])
+    assert torch.equal(after[2]["rng"]["torch"], derived_rng(own[0], 2)["torch"])
 
 
 def test_two_rank_table_wise_resumes_row_wise(saved):
