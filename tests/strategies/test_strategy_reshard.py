@@ -2,7 +2,8 @@
 
 A 2-rank table-wise run trains 3 steps of an epoch of Criteo ``.npy`` rows (dense feature 0 of
 row ``i`` is ``i``: the sample id) and checkpoints. That checkpoint is resumed on 1 rank, on 3
-ranks (table-wise) and on 2 ranks row-wise; as data-parallel it stops with one line. Right after loading, the tables and the fused
+ranks (table-wise) and on 2 ranks row-wise (with rocmtrain's torch kernel: the FBGEMM kernel's
+fused optimizer state loads into it); as data-parallel it stops with one line. Right after loading, the tables and the fused
 optimizer state, gathered from every rank's shards, equal the saved ones bit for bit; training
 then finishes the epoch, and every sample id of the epoch is trained on exactly once across the
 change.
@@ -63,8 +64,10 @@ def _cfg(run_dir: Path, data: Path, sharding: str, world: int):
     cfg.watchdog.enabled = False
     cfg.monitor.enabled = False
     cfg.strategy.sharding_type = sharding
-    # on CPU, row-wise shards need rocmtrain's torch kernel; data-parallel tables FBGEMM's
-    cfg.kernel = "fbgemm" if sharding == "data_parallel" else "torch"
+    # FBGEMM (the default) writes; on CPU row-wise shards need rocmtrain's torch kernel, so that
+    # resume also moves the fused optimizer state from one kernel to the other (as from a CUDA
+    # machine's FBGEMM to a ROCm machine's triton kernel, which shares the torch kernel's state)
+    cfg.kernel = "torch" if sharding == "row_wise" else "fbgemm"
     return cfg
 
 
