@@ -473,7 +473,13 @@ class AtomicCheckpoint(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
         n = self.every_n_train_steps
-        if n and trainer.global_step > 0 and trainer.global_step % n == 0:
+        step = trainer.global_step
+        every = bool(n) and step > 0 and step % n == 0
+        # the last step of a run cut by max_steps is saved here, as a step inside its epoch: the
+        # epoch-end save that follows would store the loop as if the epoch's data had all run,
+        # and the next run (more steps, same epochs) would skip the rest of that epoch
+        last = 0 < trainer.max_steps <= step
+        if every or (last and (n or self.every_n_epochs)):
             save(trainer, self.root, self.keep_last)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

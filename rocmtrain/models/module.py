@@ -89,6 +89,11 @@ class DLRMModule(pl.LightningModule):
         if self.trainer.is_global_zero:
             warn_without_cuda_graphs(self.cfg, self.device)
 
+    def on_train_start(self) -> None:
+        # a fit resumed inside an epoch gets no on_train_epoch_start for that epoch: its rate
+        # counts from here, over the batches this fit trains
+        self.on_train_epoch_start()
+
     def on_train_epoch_start(self) -> None:
         self._t0 = self._t_last = time.perf_counter()
         self._samples = 0
