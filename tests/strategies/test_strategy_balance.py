@@ -166,7 +166,7 @@ def test_dry_run_prints_the_imbalance_before_and_after(devices, capsys):
 
     from hydra import compose, initialize_config_dir
 
-    from rocmtrain.cli import print_plan
+    from rocmtrain.dry_run import print_plan
     from rocmtrain.config.schema import configs_dir, register_configs, to_run_config
 
     register_configs()
