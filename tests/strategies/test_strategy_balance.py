@@ -166,8 +166,8 @@ def test_dry_run_prints_the_imbalance_before_and_after(devices, capsys):
 
     from hydra import compose, initialize_config_dir
 
-    from rocmtrain.dry_run import print_plan
     from rocmtrain.config.schema import configs_dir, register_configs, to_run_config
+    from rocmtrain.dry_run import print_plan
 
     register_configs()
     overrides = [
