@@ -377,4 +377,3 @@ def maybe_submit(cfg: Any, overrides: list[str]) -> int | None:
     from rocmtrain.launch import maybe_submit as submit
 
     return submit(cfg, overrides)
-
