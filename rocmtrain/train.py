@@ -5,10 +5,10 @@
     metrics = train(RunConfig())     # the dlrm_cpu defaults; returns the last epoch's metrics
 
 Read top to bottom: :func:`train` validates ``cfg`` and answers the GPU question once
-(:func:`rocmtrain.platform.placement`), then :func:`run_training` checks the machine, prepares the
-run dir, and builds data, model, strategy, callbacks and trainer in that order before ``fit``.
-The CLI, which has validated ``cfg`` and computed the placement already, calls
-:func:`run_training` directly.
+(:func:`rocmtrain.platform.placement`); :func:`run_training` checks the machine, builds the
+strategy (which refuses a device it does not support), prepares the run dir, then builds data,
+model and trainer (with :func:`rocmtrain.callbacks.build_callbacks`) and fits. The CLI, which has
+validated ``cfg`` and computed the placement already, calls :func:`run_training` directly.
 
 Every rank runs this function (Lightning re-runs the command line for ranks > 0). The run
 auto-resumes from the newest complete checkpoint under ``cfg.checkpoint.dir`` (default
