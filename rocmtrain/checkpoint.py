@@ -43,7 +43,9 @@ API (all paths are ``pathlib.Path``):
 
 Resume: ``trainer.fit(module, datamodule=dm, ckpt_path=find_resume(root))`` restores the sharded
 tables, the fused embedding optimizer state, the dense optimizer, Lightning's loops (epoch and
-batch), the datamodule's data position (its ``state_dict``) and every rank's RNG.
+batch), the datamodule's data position (its ``state_dict``) and every rank's RNG. A checkpoint
+resumes on another world size or sharding plan too: :mod:`rocmtrain.checkpoint_reshard` states
+the rules (rank files, data position, RNG) and their limits.
 """
 
 from __future__ import annotations
@@ -229,8 +231,10 @@ def _complete(tmp: Path, final: Path, per_rank: dict[str, Any], world_size: int)
 def read_sharded(path: Path, *, sharded: dict[str, Any], rank: int) -> dict[str, Any]:
     """Load DCP state into ``sharded`` (in place, resharding as needed); return this rank's dict.
 
-    A run resumed with a different world size gets rank 0's per-rank state (loops, optimizer of
-    the dense part); data position and RNG then continue from rank 0's.
+    A rank with no ``rank_<r>.pt`` of its own (a run resumed on more ranks than were saved)
+    gets rank 0's per-rank state (loops, dense optimizer, data position, RNG);
+    :func:`rocmtrain.checkpoint_reshard.adapt` then gives it its own RNG seed and moves the
+    data position to the new world size.
     """
     import torch.distributed.checkpoint as dcp
 

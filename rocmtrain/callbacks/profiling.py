@@ -6,8 +6,9 @@ The window is ``monitor.profiler_wait_steps`` skipped, ``profiler_warmup_steps``
 discarded, then ``profiler_active_steps`` recorded. Output in ``<run_dir>/profile/``:
 
 - ``trace_rank{R}.json``: Chrome trace; open in https://ui.perfetto.dev or chrome://tracing;
-- ``top_kernels_rank{R}.md``: the top GPU kernels by self device time (on CPU: top operators by
-  self CPU time) with calls, self/total time and share;
+- ``top_kernels_rank{R}.md``: the top GPU kernels by device time — kernels, copies and memsets
+  only, those replayed from CUDA graphs included, so the column adds up to the device work of the
+  recorded steps (on CPU: top operators by self CPU time) — with calls, time and share;
 - ``top_kernels_rank{R}.txt``: torch's own ``key_averages().table(...)``;
 - ``op_counts_rank{R}.json``: every kernel (operator on CPU) with its calls and self time per step;
 - ``step_timeline_rank{R}.json``: per recorded step, the wall time, the time the GPU was busy
@@ -34,37 +35,65 @@ from rocmtrain.config.monitor import MonitorConfig
 log = logging.getLogger(__name__)
 
 
-def _device_time(evt) -> float:
-    for attr in ("self_device_time_total", "self_cuda_time_total"):
-        if hasattr(evt, attr):
-            return float(getattr(evt, attr))
-    return 0.0
+def device_work(events: list) -> list:
+    """The device-side work of a profiled window: kernels, memcpys and memsets.
+
+    ``prof.key_averages()`` mixes three things that all carry device time: the kernels, the host
+    operators that launched them (``aten::mm`` owns its GEMM's time) and ``record_function``
+    ranges mirrored onto the GPU timeline (``Optimizer.step#Adagrad.step``,
+    ``DistributedDataParallel.forward``). Summing those counts the same microsecond two or three
+    times; the kernels alone add up to the step. Kernels replayed from a CUDA graph are device
+    events too (CUPTI records each kernel of a replay), so they are counted here.
+    """
+    from torch.autograd import DeviceType
+
+    return [
+        e
+        for e in events
+        if e.device_type != DeviceType.CPU
+        and not getattr(e, "is_user_annotation", False)
+        and not e.name.startswith("ProfilerStep")
+        and e.time_range.end > e.time_range.start
+    ]
 
 
-def top_table(prof: profile, *, k: int, gpu: bool) -> tuple[str, list[dict]]:
-    """Markdown table and rows of the top-``k`` kernels (GPU) or operators (CPU), by self time."""
-    events = list(prof.key_averages())
-    if gpu:
-        events = [e for e in events if _device_time(e) > 0]
-        key, unit = _device_time, "self device time"
-    else:
-        events = [e for e in events if not e.key.startswith("ProfilerStep")]
-        key, unit = (lambda e: float(e.self_cpu_time_total)), "self CPU time"
-    events.sort(key=key, reverse=True)
-    total = sum(key(e) for e in events) or 1.0
-    rows = [
+def _kernel_rows(events: list) -> list[dict]:
+    """Device work grouped by kernel name, largest total first (times in ms)."""
+    agg: dict[str, list[float]] = {}
+    for e in device_work(events):
+        a = agg.setdefault(e.name, [0, 0.0])
+        a[0] += 1
+        a[1] += (e.time_range.end - e.time_range.start) / 1e3
+    return [
+        {"name": n, "calls": int(c), "self_ms": t, "total_ms": t}
+        for n, (c, t) in sorted(agg.items(), key=lambda kv: kv[1][1], reverse=True)
+    ]
+
+
+def _cpu_rows(prof: profile) -> list[dict]:
+    events = [e for e in prof.key_averages() if not e.key.startswith("ProfilerStep")]
+    events.sort(key=lambda e: float(e.self_cpu_time_total), reverse=True)
+    return [
         {
             "name": e.key,
             "calls": int(e.count),
-            "self_ms": key(e) / 1e3,
-            "total_ms": (
-                e.device_time_total if gpu and hasattr(e, "device_time_total") else e.cpu_time_total
-            )
-            / 1e3,
-            "share": key(e) / total,
+            "self_ms": float(e.self_cpu_time_total) / 1e3,
+            "total_ms": float(e.cpu_time_total) / 1e3,
         }
-        for e in events[:k]
+        for e in events
     ]
+
+
+def top_table(prof: profile, *, k: int, gpu: bool) -> tuple[str, list[dict]]:
+    """Markdown table and rows of the top-``k`` kernels (GPU: device work only, see
+    :func:`device_work`) or operators (CPU: self CPU time). Shares are of the window's total,
+    so on a GPU the kernels' column adds up to the device time of the recorded steps."""
+    rows = _kernel_rows(list(prof.events())) if gpu else _cpu_rows(prof)
+    unit = "device time" if gpu else "self CPU time"
+    total = sum(r["self_ms"] for r in rows) or 1.0
+    for r in rows:
+        r["share"] = r["self_ms"] / total
+    rows = rows[:k]
     lines = [
         f"| # | {'kernel' if gpu else 'operator'} | calls | {unit} (ms) | total (ms) | share |",
         "|---|---|---|---|---|---|",
@@ -85,13 +114,8 @@ def op_counts(prof: profile, *, steps: int, gpu: bool) -> dict[str, dict[str, fl
     what one does that the other does not (``scripts/bench/e2e_summary.py`` prints the diff).
     """
     n = max(steps, 1)
-    out: dict[str, dict[str, float]] = {}
-    for e in prof.key_averages():
-        t = _device_time(e) if gpu else float(e.self_cpu_time_total)
-        if e.key.startswith("ProfilerStep") or (gpu and t <= 0):
-            continue
-        out[e.key] = {"calls": e.count / n, "self_ms": t / 1e3 / n}
-    return out
+    rows = _kernel_rows(list(prof.events())) if gpu else _cpu_rows(prof)
+    return {r["name"]: {"calls": r["calls"] / n, "self_ms": r["self_ms"] / n} for r in rows}
 
 
 #: runtime calls that block the host until the device catches up (CUDA and HIP spellings)
@@ -136,19 +160,14 @@ def step_timeline(events: list) -> dict:
         (e for e in events if is_step(e) and e.device_type == DeviceType.CPU),
         key=lambda e: e.time_range.start,
     )
-    device = [
-        (e.time_range.start, e.time_range.end)
-        for e in events
-        if e.device_type != DeviceType.CPU
-        and not getattr(e, "is_user_annotation", False)  # record_function ranges, not work
-        and not is_step(e)
-        and e.time_range.end > e.time_range.start
-    ]
+    device = [(e.time_range.start, e.time_range.end) for e in device_work(events)]
     syncs = [e for e in events if e.device_type == DeviceType.CPU and e.name in SYNC_CALLS]
     rows = []
     for i, st in enumerate(steps):
         a, b = st.time_range.start, st.time_range.end
-        busy = _union_ms([(max(x, a), min(y, b)) for x, y in device if y > a and x < b])
+        inside = [(max(x, a), min(y, b)) for x, y in device if y > a and x < b]
+        busy = _union_ms(inside)
+        kernels = sum(y - x for x, y in inside) / 1e3  # overlapping streams count twice
         calls: dict[str, int] = {}
         for e in syncs:
             if a <= e.time_range.start < b:
@@ -160,6 +179,7 @@ def step_timeline(events: list) -> dict:
                 "wall_ms": wall,
                 "device_busy_ms": busy if device else None,
                 "device_busy_fraction": busy / wall if device and wall > 0 else None,
+                "device_kernel_ms": kernels if device else None,
                 "host_sync_calls": calls,
             }
         )
@@ -169,6 +189,9 @@ def step_timeline(events: list) -> dict:
         "steps": rows,
         "mean_wall_ms": sum(r["wall_ms"] for r in rows) / n,
         "mean_device_busy_ms": sum(r["device_busy_ms"] for r in rows) / n if have_device else None,
+        "mean_device_kernel_ms": (
+            sum(r["device_kernel_ms"] for r in rows) / n if have_device else None
+        ),
         "mean_host_sync_calls": sum(sum(r["host_sync_calls"].values()) for r in rows) / n,
     }
 
@@ -178,9 +201,17 @@ def timeline_markdown(t: dict) -> str:
     busy = t["mean_device_busy_ms"]
     share = f" ({busy / t['mean_wall_ms']:.0%} of the step)" if busy and t["mean_wall_ms"] else ""
     busy_s = f"{busy:.2f} ms{share}" if busy is not None else "n/a (no device activity)"
+    kern = t.get("mean_device_kernel_ms")
+    kern_s = (
+        f" The kernels below sum to {kern:.2f} ms a step (streams that overlap count twice; "
+        "record_function ranges and the host operators that launched the kernels are left out, "
+        "so the column adds up).\n"
+        if kern is not None
+        else ""
+    )
     return (
         f"Per recorded step: wall {t['mean_wall_ms']:.2f} ms, device busy {busy_s}, "
-        f"host-blocking sync calls {t['mean_host_sync_calls']:.1f}.\n"
+        f"host-blocking sync calls {t['mean_host_sync_calls']:.1f}.{kern_s}\n"
     )
 
 

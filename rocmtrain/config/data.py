@@ -110,7 +110,7 @@ class DataConfig:
     files' int32 ids are widened to int64 and taken ``% rows`` on the training device after the
     copy (``rocmtrain/data/multihot_reader.py``). ``None`` (auto): on a GPU run without loader
     processes (``num_workers`` null or 0), as many threads as :func:`auto_num_workers` would
-    give processes; 0 on CPU runs. 0 = build batches as the other kinds do (in the process or in
+    give processes, at most 4 (more compete with the training thread); 0 on CPU runs. 0 = build batches as the other kinds do (in the process or in
     ``num_workers`` loader processes). A count >= 1 reads with threads on any device (a CPU run
     finishes the batches on the host)."""
 

@@ -99,3 +99,21 @@ def generator(*parts: int, device: torch.device | str = "cpu") -> torch.Generato
     gen = torch.Generator(device=device)
     gen.manual_seed(derive_seed(*parts))
     return gen
+
+
+def concat_rows(parts: Sequence[tuple[Batch, int, int]]) -> Batch:
+    """Rows ``[lo, hi)`` of each ``(batch, lo, hi)``, one after another, as one batch (batches of
+    fixed multi-hot sizes, as every data kind makes)."""
+    dense = torch.cat([b.dense_features[lo:hi] for b, lo, hi in parts])
+    labels = torch.cat([b.labels[lo:hi] for b, lo, hi in parts])
+    ids = []
+    for key in parts[0][0].sparse_features.keys():
+        ids.append(
+            torch.cat(
+                [
+                    b.sparse_features[key].values().reshape(len(b.labels), -1)[lo:hi]
+                    for b, lo, hi in parts
+                ]
+            )
+        )
+    return make_batch(dense, ids, labels)

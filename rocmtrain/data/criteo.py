@@ -36,7 +36,7 @@ from torchrec.datasets.utils import Batch
 from rocmtrain.config.data import DataConfig, DataConfigError
 from rocmtrain.data.batch import generator, make_batch
 from rocmtrain.data.criteo_files import CriteoRows, read_criteo_npy, read_criteo_text
-from rocmtrain.data.loader import epoch_order, rank_row_slices
+from rocmtrain.data.loader import RowLayout, epoch_order
 
 
 class CriteoSource:
@@ -63,13 +63,15 @@ class CriteoSource:
         self.shuffle = shuffle
         self.seed = seed
         self.split_code = 1 if split == "train" else 2
-        self.slices = rank_row_slices(
+        self.world_size = world_size
+        self.layout = RowLayout(
             self.num_rows,
             batch_size=batch_size,
             rank=rank,
             world_size=world_size,
             drop_last=drop_last,
         )
+        self.slices = self.layout.base
         if not self.slices and drop_last:
             raise DataConfigError(
                 f"data.batch_size={batch_size} is invalid for the {split} split: it has "
@@ -87,12 +89,23 @@ class CriteoSource:
     def __len__(self) -> int:
         return len(self.slices)
 
+    # the row order of an epoch does not depend on the world size: a resumed epoch is the rest
+    # of that order from the saved global sample count (rocmtrain.data.loader.RowLayout)
+    def samples_before(self, epoch: int, batch: int) -> int:
+        return self.layout.samples_before(epoch, batch)
+
+    def resumed(self, epoch: int) -> dict[str, bool]:
+        return {"resumed": self.layout.slices(epoch) is not self.layout.base}
+
+    def resume(self, epoch: int, samples: int, state: dict) -> int:
+        return self.layout.resume(epoch, samples)
+
     def positions(self, epoch: int, index: int) -> np.ndarray:
         """Global row numbers of batch ``index`` of ``epoch`` on this rank."""
         if self._order is None or self._order[0] != epoch:
             gen = generator(self.seed, self.split_code, epoch) if self.shuffle else None
             self._order = (epoch, epoch_order(self.num_rows, shuffle=self.shuffle, seed_gen=gen))
-        lo, hi = self.slices[index]
+        lo, hi = self.layout.slices(epoch)[index]
         return self._order[1][lo:hi].numpy() + self.start
 
     def batch(self, epoch: int, index: int) -> Batch:

@@ -43,7 +43,7 @@ from torchrec.datasets.utils import Batch
 
 from rocmtrain.config.data import DataConfig, DataConfigError
 from rocmtrain.data.batch import generator, make_batch_from_values
-from rocmtrain.data.loader import rank_row_slices
+from rocmtrain.data.loader import RowLayout
 from rocmtrain.data.multihot_files import (
     MultiHotDay,
     check_features,
@@ -257,10 +257,12 @@ class MultiHotSource:
         self.table_rows = list(table_rows)
         self.hot_sizes = list(hot_sizes)
         self.num_dense = rows.days[0].dense.shape[1]
-        self.slices = rank_row_slices(
+        self.world_size = world_size
+        self.layout = RowLayout(
             self.num_rows, batch_size=batch_size, rank=rank, world_size=world_size,
             drop_last=drop_last,
         )  # fmt: skip
+        self.slices = self.layout.base
         if not self.slices:
             fix = "lower data.batch_size or give more rows" + (
                 ", or set data.drop_last=false" if drop_last else ""
@@ -286,10 +288,21 @@ class MultiHotSource:
     def __len__(self) -> int:
         return len(self.slices)
 
+    # the row order of an epoch does not depend on the world size: a resumed epoch is the rest
+    # of that order from the saved global sample count (rocmtrain.data.loader.RowLayout)
+    def samples_before(self, epoch: int, batch: int) -> int:
+        return self.layout.samples_before(epoch, batch)
+
+    def resumed(self, epoch: int) -> dict[str, bool]:
+        return {"resumed": self.layout.slices(epoch) is not self.layout.base}
+
+    def resume(self, epoch: int, samples: int, state: dict) -> int:
+        return self.layout.resume(epoch, samples)
+
     def positions(self, epoch: int, index: int) -> np.ndarray:
         """Global row numbers of batch ``index`` of ``epoch`` on this rank, sorted (the order
         inside a batch does not matter to training; sorted reads stay in file order)."""
-        lo, hi = self.slices[index]
+        lo, hi = self.layout.slices(epoch)[index]
         if self.order is None:
             return np.arange(lo, hi, dtype=np.int64) + self.start
         return np.sort(self.order.rows(epoch, lo, hi)) + self.start

@@ -4,9 +4,11 @@ Built by :func:`rocmtrain.data.build_datamodule`. ``setup()`` reads rank and wor
 ``torch.distributed`` (after the strategy initialised the process group) unless they were given.
 
 Data position (``state_dict``/``load_state_dict``): ``{"epoch": e, "batch": b}`` = batch ``b`` of
-epoch ``e`` is the next one to train on. Lightning stores it twice in a checkpoint (the
-datamodule's entry and the fit loop's stateful-loader entry; both are the same) and restores it
-on ``fit(ckpt_path=...)``. A custom checkpoint saves ``dm.state_dict()`` and calls
+epoch ``e`` is the next one to train on, with ``world_size`` and ``samples`` (the global count of
+samples of epoch ``e`` trained by all ranks), so that a run on another world size continues at
+the same sample (:func:`rocmtrain.data.loader.resume_position`). Lightning stores it twice in a
+checkpoint (the datamodule's entry and the fit loop's stateful-loader entry; both are the same)
+and restores it on ``fit(ckpt_path=...)``. A custom checkpoint saves ``dm.state_dict()`` and calls
 ``dm.load_state_dict(...)`` before training resumes (before or after ``setup``).
 
 Consumption is counted in ``on_before_batch_transfer`` (Lightning calls it for each training
@@ -52,7 +54,7 @@ class RecDataModule(pl.LightningDataModule):
         self.train_source: BatchSource | None = None
         self.val_source: BatchSource | None = None
         self._train_loader: PositionedLoader | None = None
-        self._pending_state: dict[str, int] | None = None
+        self._pending_state: dict[str, Any] | None = None
 
     @property
     def rank(self) -> int:
@@ -135,16 +137,24 @@ class RecDataModule(pl.LightningDataModule):
             self.mark_consumed()
         return batch
 
-    def state_dict(self) -> dict[str, int]:
-        """The training data position ``{"epoch", "batch"}`` (see the module docstring)."""
+    def state_dict(self) -> dict[str, Any]:
+        """The training data position ``{"epoch", "batch", ...}`` (see the module docstring)."""
         if self._train_loader is not None:
             return self._train_loader.state_dict()
         return dict(self._pending_state or {"epoch": 0, "batch": 0})
 
-    def load_state_dict(self, state_dict: dict[str, int]) -> None:
-        """Continue training at ``state_dict``'s position."""
-        state = {"epoch": int(state_dict["epoch"]), "batch": int(state_dict["batch"])}
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue training at ``state_dict``'s position (saved on any world size: see
+        :func:`rocmtrain.data.loader.resume_position`)."""
+        state = dict(state_dict)
         if self._train_loader is None:
             self._pending_state = state
         else:
             self._train_loader.load_state_dict(state)
+
+    def resume_batch(self, state_dict: dict[str, Any]) -> tuple[int, int]:
+        """``(epoch, batch)`` at which the training loader continues from ``state_dict`` (the
+        loader is built, and set to it, when needed)."""
+        loader = self.train_dataloader()
+        loader.load_state_dict(state_dict)
+        return loader.state_dict()["epoch"], loader.state_dict()["batch"]

@@ -72,6 +72,9 @@ class PositionedLoader(DataLoader):
 
     ``state_dict()`` = ``{"epoch": e, "batch": b}`` (batch ``b`` of epoch ``e`` comes next);
     Lightning saves and restores it with its fit loop (the loader is "stateful" to Lightning).
+    A source that can resume on another world size (:func:`resumable`) adds ``world_size`` and
+    ``samples`` (the global count of samples of epoch ``e`` consumed by all ranks) and what it
+    needs besides; :meth:`load_state_dict` of another world size continues at that sample.
     """
 
     def __init__(self, dataset: EpochBatches, **kwargs: Any) -> None:
@@ -87,12 +90,12 @@ class PositionedLoader(DataLoader):
             epoch, index = self._handed_out.popleft()
             self._position = (epoch, index + 1)
 
-    def state_dict(self) -> dict[str, int]:
+    def state_dict(self) -> dict[str, Any]:
         epoch, batch = self._position
-        return {"epoch": epoch, "batch": batch}
+        return position_state(self.dataset.source, epoch, batch)
 
-    def load_state_dict(self, state_dict: dict[str, int]) -> None:
-        self._position = (int(state_dict["epoch"]), int(state_dict["batch"]))
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._position = resume_position(self.dataset.source, state_dict)
         self._handed_out.clear()
 
     def __iter__(self) -> Iterator[Batch]:
@@ -148,3 +151,145 @@ def epoch_order(num_rows: int, *, shuffle: bool, seed_gen: torch.Generator | Non
     if not shuffle:
         return torch.arange(num_rows)
     return torch.randperm(num_rows, generator=seed_gen)
+
+
+# ---- resuming on another world size ----------------------------------------------------------
+# A checkpoint's data position is a batch index *and* the global count of samples the epoch had
+# consumed (every rank's batches before that index). The batch index alone only means something
+# on the world size that wrote it; the count does not: on another world size the rest of the
+# epoch, rows [samples, end) of its order, is split over the new ranks (see :class:`RowLayout`).
+
+
+def _round_ends(num_rows: int, *, batch_size: int, world_size: int, drop_last: bool) -> list[int]:
+    """End position (into the epoch order) of each round: the rows consumed once every rank has
+    trained that many batches (the last rank's block ends each round)."""
+    last = rank_row_slices(
+        num_rows, batch_size=batch_size, rank=world_size - 1, world_size=world_size,
+        drop_last=drop_last,
+    )  # fmt: skip
+    return [hi for _, hi in last]
+
+
+def tail_slices(
+    num_rows: int,
+    start: int,
+    *,
+    batch_size: int,
+    rank: int,
+    world_size: int,
+    drop_last: bool,
+    max_batches: int,
+) -> tuple[list[tuple[int, int]], list[int]]:
+    """This rank's slices of rows ``[start, num_rows)`` of an epoch's order, and each round's end.
+
+    Split as :func:`rank_row_slices` splits a whole epoch (so fewer rows than ranks are left
+    out). When that takes more than ``max_batches`` batches (the rest of an epoch of more ranks,
+    resumed on fewer, can be longer than a whole epoch here) the batches grow just enough to fit
+    and keep every row: dropping them would lose samples the epoch began with.
+    """
+    remaining = max(0, num_rows - start)
+    if max_batches <= 0 or remaining == 0:
+        return [], []
+    kw: dict[str, Any] = dict(batch_size=batch_size, world_size=world_size, drop_last=drop_last)
+    mine = rank_row_slices(remaining, rank=rank, **kw)
+    if len(mine) > max_batches:  # ceil: max_batches rounds hold every row
+        grown = -(-remaining // (world_size * max_batches))
+        kw = dict(batch_size=grown, world_size=world_size, drop_last=False)
+        mine = rank_row_slices(remaining, rank=rank, **kw)
+    ends = _round_ends(remaining, **kw)
+    return [(lo + start, hi + start) for lo, hi in mine], [e + start for e in ends]
+
+
+class RowLayout:
+    """Which positions of an epoch's row order each batch of this rank reads.
+
+    Normally :func:`rank_row_slices`. An epoch resumed at global sample ``samples`` from a
+    checkpoint of another world size (:meth:`resume`) keeps its batch count: its first batches
+    are the ones already trained (never read again), the rest split rows ``[samples, end)``.
+    """
+
+    def __init__(
+        self, num_rows: int, *, batch_size: int, rank: int, world_size: int, drop_last: bool
+    ) -> None:
+        self.num_rows = num_rows
+        self.batch_size = batch_size
+        self.rank = rank
+        self.world_size = world_size
+        self.drop_last = drop_last
+        kw = dict(batch_size=batch_size, world_size=world_size, drop_last=drop_last)
+        self.base = rank_row_slices(num_rows, rank=rank, **kw)
+        self._ends = _round_ends(num_rows, **kw)
+        self._resumed: tuple[int, int, list[tuple[int, int]], list[int]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def slices(self, epoch: int) -> list[tuple[int, int]]:
+        """Per batch index of ``epoch``: ``(start, end)`` positions into its order."""
+        if self._resumed is not None and self._resumed[0] == epoch:
+            return self._resumed[2]
+        return self.base
+
+    def samples_before(self, epoch: int, batch: int) -> int:
+        """Rows of ``epoch`` consumed once every rank has trained its batches ``[0, batch)``."""
+        if self._resumed is not None and self._resumed[0] == epoch:
+            _, start, slices, ends = self._resumed
+            first = len(slices) - len(ends)
+            return start if batch <= first else ends[min(batch, len(slices)) - first - 1]
+        if batch <= 0 or not self._ends:
+            return 0
+        return self._ends[min(batch, len(self._ends)) - 1]
+
+    def resume(self, epoch: int, samples: int, num_rows: int | None = None) -> int:
+        """Lay ``epoch`` out from global sample ``samples`` on; return its first batch index.
+
+        ``num_rows``: the epoch's rows when they differ from :attr:`num_rows` (synthetic data,
+        whose epoch size is set per rank, keeps the size of the world that began the epoch).
+        """
+        total = self.num_rows if num_rows is None else num_rows
+        tail, ends = tail_slices(
+            total, samples, batch_size=self.batch_size, rank=self.rank,
+            world_size=self.world_size, drop_last=self.drop_last, max_batches=len(self.base),
+        )  # fmt: skip
+        first = len(self.base) - len(tail)
+        self._resumed = (epoch, samples, [(samples, samples)] * first + tail, ends)
+        return first
+
+
+def resumable(source: object) -> bool:
+    """Whether ``source`` can continue an epoch begun on another world size."""
+    return all(hasattr(source, a) for a in ("world_size", "samples_before", "resume", "resumed"))
+
+
+def position_state(source: BatchSource, epoch: int, batch: int) -> dict[str, Any]:
+    """The data position ``{"epoch", "batch"}``, with ``world_size``, ``batches`` (this rank's
+    batches in an epoch), ``samples`` and the source's resume details when it is resumable."""
+    state: dict[str, Any] = {"epoch": epoch, "batch": batch}
+    if resumable(source):
+        state.update(
+            world_size=source.world_size,  # type: ignore[attr-defined]
+            batches=len(source),
+            samples=source.samples_before(epoch, batch),  # type: ignore[attr-defined]
+            **source.resumed(epoch),  # type: ignore[attr-defined]
+        )
+    return state
+
+
+def resume_position(source: BatchSource, state: dict[str, Any]) -> tuple[int, int]:
+    """``(epoch, batch)`` at which ``source`` continues from a saved position ``state``.
+
+    The saved batch index is kept when the world size is the same and the epoch was laid out
+    the usual way. Otherwise the epoch continues at the saved global sample count, the rest of
+    it split over this world size (:meth:`RowLayout.resume`); a finished epoch continues with
+    the next one. Positions saved without a sample count keep their batch index.
+    """
+    epoch, batch = int(state["epoch"]), int(state["batch"])
+    if not resumable(source) or "samples" not in state:
+        return epoch, batch
+    same = int(state["world_size"]) == source.world_size  # type: ignore[attr-defined]
+    if same and not state.get("resumed", False):
+        return epoch, batch
+    if batch >= int(state["batches"]):  # the epoch was over: the next begins at batch 0
+        return epoch, len(source)
+    first = source.resume(epoch, int(state["samples"]), state)  # type: ignore[attr-defined]
+    return epoch, first

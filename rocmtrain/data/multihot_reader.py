@@ -23,6 +23,9 @@ no new memory is pinned.
 from __future__ import annotations
 
 import math
+import os
+import sys
+import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,6 +39,13 @@ from rocmtrain.data.batch import make_batch_from_values
 
 MIN_CHUNK_ROWS = 1024
 """Smallest row chunk one task reads (a task costs ~2 numpy calls per feature whatever its rows)."""
+AUTO_READ_THREADS_MAX = 4
+"""Most reader threads ``data.read_threads=null`` picks. A thread gathers a 65,536-sample MLPerf
+batch in a few tens of ms, so a few keep a ~20 ms GPU step fed; more only compete with the
+training thread, whose host work (Python, launches) the step waits for, for cores and the GIL."""
+READER_NICE = 5
+"""Scheduling niceness added to each reader thread (Linux: per thread): when the host is busy,
+the training thread's launches go first and the reading, which runs batches ahead, waits."""
 READ_AHEAD = 2
 """Batches submitted to the threads beyond the one asked for (the threads never run dry while
 the consumer hands a batch on)."""
@@ -129,8 +139,7 @@ class ThreadedReader:
         return self._pending.pop(key).result()
 
     def _submit(self, key: tuple[int, int]) -> None:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="rocmtrain-read")
+        pool = self.executor()
         src = self.source
         rows = src.positions(*key)
         size = len(rows)
@@ -146,7 +155,7 @@ class ThreadedReader:
         chunks = max(1, min(self.threads, math.ceil(size / MIN_CHUNK_ROWS)))
         bounds = np.linspace(0, size, chunks + 1).astype(np.int64).tolist()
         futures = [
-            self._pool.submit(
+            pool.submit(
                 src.rows.read_raw,
                 rows[lo:hi],
                 dense=dense[lo:hi].numpy(),
@@ -160,6 +169,14 @@ class ThreadedReader:
         batch = HostBatch(dense, kjt, labels, tuple(src.table_rows), tuple(sizes))
         self._pending[key] = _Pending(batch, futures)
 
+    def executor(self) -> ThreadPoolExecutor:
+        """The reader threads (started on first use, each at a lower priority)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                self.threads, thread_name_prefix="rocmtrain-read", initializer=_lower_priority
+            )
+        return self._pool
+
     def close(self) -> None:
         """Stop the threads (batches in flight are dropped)."""
         self._pending.clear()
@@ -168,18 +185,30 @@ class ThreadedReader:
             self._pool = None
 
 
+def _lower_priority() -> None:
+    """Make the calling thread :data:`READER_NICE` nicer than the process (Linux schedules
+    threads as tasks, so ``setpriority`` on the thread id applies to this thread alone)."""
+    if not hasattr(os, "setpriority") or not sys.platform.startswith("linux"):
+        return  # other systems: the threads keep the process's priority
+    tid = threading.get_native_id()
+    os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + READER_NICE)
+
+
 def _empty(shape, dtype: torch.dtype, pin: bool) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, pin_memory=pin)
 
 
-def read_threads(cfg: DataConfig, train_device: torch.device, world_size: int) -> int:
+def read_threads(
+    cfg: DataConfig, train_device: torch.device, world_size: int, cpu_count: int | None = None
+) -> int:
     """Reader threads of a rank (``data.read_threads``; auto: a GPU run without loader
-    processes reads with the cores :func:`auto_num_workers` would give those processes)."""
+    processes reads with the cores :func:`auto_num_workers` would give those processes, at most
+    :data:`AUTO_READ_THREADS_MAX`)."""
     if cfg.read_threads is not None:
         return cfg.read_threads
     if train_device.type == "cpu" or cfg.num_workers:
         return 0
-    return auto_num_workers(ranks_on_node(world_size))
+    return min(AUTO_READ_THREADS_MAX, auto_num_workers(ranks_on_node(world_size), cpu_count))
 
 
 def ranks_on_node(world_size: int) -> int:

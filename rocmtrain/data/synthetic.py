@@ -39,7 +39,8 @@ import torch
 from torchrec.datasets.utils import Batch
 
 from rocmtrain.config.data import DataConfig
-from rocmtrain.data.batch import generator, make_batch
+from rocmtrain.data.batch import concat_rows, generator, make_batch
+from rocmtrain.data.loader import RowLayout
 
 CACHE_LIMIT_BYTES = 1 << 30
 SPLIT_CODES = {"train": 1, "val": 2}
@@ -205,6 +206,8 @@ class SyntheticSource:
         # source allocates nothing on the device)
         self._keep = not self.resample and bytes_per_batch * num_batches <= CACHE_LIMIT_BYTES
         self._kept: dict[int, Batch] = {}
+        # an epoch resumed from a checkpoint of another world size (see resume)
+        self._resumed: tuple[int, int, list[int], RowLayout] | None = None
 
     def __len__(self) -> int:
         return self.num_batches
@@ -215,22 +218,90 @@ class SyntheticSource:
 
     def block(self, local_block: int, epoch: int | None = None) -> Batch:
         """Generate this rank's ``local_block`` (of ``epoch`` when resampling; deterministic)."""
-        parts = [self.signal.seed, self.split_code, self.global_block(local_block)]
+        return self.global_block_batch(self.global_block(local_block), epoch)
+
+    def global_block_batch(self, block: int, epoch: int | None = None) -> Batch:
+        """Generate global ``block`` (of ``epoch`` when resampling; deterministic)."""
+        parts = [self.signal.seed, self.split_code, block]
         if epoch is not None:
             parts.append(7_919 + epoch)
         gen = generator(*parts, device=self.device)
         return self.signal.generate(self.batch_size, gen)
+
+    def _local_order(self, epoch: int, rank: int) -> torch.Tensor:
+        """Rank ``rank``'s local blocks in ``epoch``'s order (the same for any world size)."""
+        if not self.shuffle:
+            return torch.arange(self.num_batches)
+        gen = generator(self.signal.seed, self.split_code, 1_000_003 + epoch, rank)
+        return torch.randperm(self.num_batches, generator=gen)
 
     def block_for(self, epoch: int, index: int) -> int:
         """Which local block is batch ``index`` of ``epoch`` (a seeded per-epoch permutation)."""
         if not self.shuffle:
             return index
         if self._perm is None or self._perm[0] != epoch:
-            gen = generator(self.signal.seed, self.split_code, 1_000_003 + epoch, self.rank)
-            self._perm = (epoch, torch.randperm(self.num_batches, generator=gen))
+            self._perm = (epoch, self._local_order(epoch, self.rank))
         return int(self._perm[1][index])
 
+    # Resuming on another world size. An epoch begun on W ranks is W * num_batches blocks in
+    # rounds (round i: the i-th batch of rank 0, of rank 1, ...); after b steps its first
+    # b * W * batch_size samples are consumed, a prefix of that order. Resumed on another world
+    # size, the epoch finishes the rest of *that* order (so W, not the new world size, sets its
+    # size), split over the new ranks by RowLayout; the epochs after it are this world size's.
+    def epoch_blocks(self, epoch: int, world_size: int) -> list[int]:
+        """Global blocks of ``epoch`` begun on ``world_size`` ranks, in round order."""
+        if self.resample:  # batch i of rank r is block i * W + r, drawn anew each epoch
+            orders = [torch.arange(self.num_batches)] * world_size
+        else:
+            orders = [self._local_order(epoch, r) for r in range(world_size)]
+        return [
+            int(orders[r][i]) * world_size + r
+            for i in range(self.num_batches)
+            for r in range(world_size)
+        ]
+
+    def samples_before(self, epoch: int, batch: int) -> int:
+        if self._resumed is not None and self._resumed[0] == epoch:
+            return self._resumed[3].samples_before(epoch, batch)
+        return min(batch, self.num_batches) * self.world_size * self.batch_size
+
+    def resumed(self, epoch: int) -> dict[str, int | bool]:
+        if self._resumed is not None and self._resumed[0] == epoch:
+            return {"resumed": True, "epoch_world_size": self._resumed[1]}
+        return {"resumed": False, "epoch_world_size": self.world_size}
+
+    def resume(self, epoch: int, samples: int, state: dict) -> int:
+        """Lay out the rest of ``epoch`` from global sample ``samples``; its first batch index."""
+        if self._cycle is not None:  # a few batches cycled: nothing to finish, keep the count
+            return min(samples // (self.world_size * self.batch_size), self.num_batches)
+        began = int(state.get("epoch_world_size", state["world_size"]))
+        blocks = self.epoch_blocks(epoch, began)
+        layout = RowLayout(
+            self.num_batches * self.world_size * self.batch_size,
+            batch_size=self.batch_size, rank=self.rank, world_size=self.world_size,
+            drop_last=False,
+        )  # fmt: skip
+        first = layout.resume(epoch, samples, num_rows=len(blocks) * self.batch_size)
+        self._resumed = (epoch, began, blocks, layout)
+        return first
+
+    def _resumed_batch(self, epoch: int, index: int) -> Batch:
+        """Batch ``index`` of a resumed epoch: its samples of the began epoch's block order."""
+        assert self._resumed is not None
+        _, _, blocks, layout = self._resumed
+        lo, hi = layout.slices(epoch)[index]
+        parts = []
+        while lo < hi:
+            block, row = divmod(lo, self.batch_size)
+            take = min(hi - lo, self.batch_size - row)
+            made = self.global_block_batch(blocks[block], epoch if self.resample else None)
+            parts.append((made, row, row + take))
+            lo += take
+        return concat_rows(parts)
+
     def batch(self, epoch: int, index: int) -> Batch:
+        if self._resumed is not None and self._resumed[0] == epoch and self._cycle is None:
+            return self._resumed_batch(epoch, index)
         if self._cycle is not None:  # data.cache_batches: the same few batches over and over
             return self._cycle[self.block_for(epoch, index) % len(self._cycle)]
         if self.resample:  # new samples every epoch: nothing to memorise

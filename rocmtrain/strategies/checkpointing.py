@@ -20,6 +20,7 @@ from pytorch_lightning.strategies import ParallelStrategy
 from typing_extensions import override
 
 from rocmtrain import checkpoint as ckpt
+from rocmtrain import checkpoint_reshard as reshard
 
 if TYPE_CHECKING:  # torchrec is imported when a model is set up, not on `import rocmtrain`
     from torchrec.distributed import DistributedModelParallel
@@ -75,6 +76,14 @@ class ShardedCheckpointMixin(ParallelStrategy):
             "fused_optimizer": self.dmp.fused_optimizer.state_dict(),
         }
         extras = ckpt.read_sharded(Path(checkpoint_path), sharded=state, rank=self.global_rank)
+        # another world size or plan: the sharded state resharded itself; fit the rest to it
+        extras = reshard.adapt(
+            extras,
+            Path(checkpoint_path),
+            trainer=self.lightning_module.trainer,
+            rank=self.global_rank,
+            world_size=self.world_size,
+        )
         self.lightning_module.load_state_dict(state["model"])
         self.dmp.fused_optimizer.load_state_dict(state["fused_optimizer"])
         if extras.get("global_step") is not None:  # not in the fused state (Adam's bias corr.)

@@ -317,6 +317,10 @@ convergence_pair _r2 4321  # the convergence pair again with another seed: its s
 rocm rt_1gpu_fbgemm_bf16_onehot 1 "${ONEHOT[@]}" "${NOVAL[@]}"
 # levers the benchmark still explores, each on top of the recipe as shipped
 rocm rt_1gpu_triton_bf16 1 kernel=triton "${NOVAL[@]}"
+# the multi-hot reader's thread count around its auto value (at most 4)
+write_sets
+rocm rt_1gpu_fbgemm_bf16_multihot_t8 1 "${MULTIHOT[@]}" data.read_threads=8 "${NOVAL[@]}"
+rocm rt_1gpu_fbgemm_bf16_multihot_t2 1 "${MULTIHOT[@]}" data.read_threads=2 "${NOVAL[@]}"
 rocm rt_1gpu_fbgemm_bf16_nocg 1 model.compile_mode=default "${NOVAL[@]}"
 rocm rt_1gpu_fbgemm_bf16_cpugen 1 data.generate_on=cpu "${NOVAL[@]}"
 rocm rt_2gpu_fbgemm_bf16 2 "${NOVAL[@]}"

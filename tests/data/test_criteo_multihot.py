@@ -5,7 +5,10 @@ validation split, exact resume, and one-line errors for each bad input."""
 from __future__ import annotations
 
 import math
+import os
 import re
+import sys
+import threading
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -146,7 +149,7 @@ def test_resume_mid_epoch_continues_at_the_next_sample(folder, stop_after):
     first = make_dm(folder, **cfg)
     seen = run(first, stop_after)
     state = first.state_dict()
-    assert state == {"epoch": 0, "batch": stop_after}
+    assert (state["epoch"], state["batch"]) == (0, stop_after)
     resumed = make_dm(folder, num_workers=2, **cfg)
     resumed.load_state_dict(state)
     assert seen + run(resumed, 2 * 10 - stop_after) == reference
@@ -386,3 +389,38 @@ def test_read_threads_pin_and_finish_on_the_gpu(folder):
             [(r.astype(np.int64) % s).reshape(-1) for r, s in zip(raw, TABLES, strict=True)]
         )
         assert values.cpu().tolist() == want.tolist()
+
+
+def test_auto_read_threads_are_few_and_only_on_a_gpu_run():
+    """Auto: the cores a GPU rank would give loader processes, at most four (more compete with
+    the training thread); none on a CPU run or beside loader processes; a set count is kept."""
+    from rocmtrain.data.multihot_reader import read_threads
+
+    cfg = DataConfig(kind="criteo_multihot", path="unused")
+    cuda = torch.device("cuda")
+    assert read_threads(cfg, cuda, 1, cpu_count=16) == 4
+    assert read_threads(cfg, cuda, 1, cpu_count=4) == 3  # one core left to the training thread
+    assert read_threads(cfg, torch.device("cpu"), 1, cpu_count=16) == 0
+    assert (
+        read_threads(DataConfig(kind="criteo_multihot", path="u", num_workers=2), cuda, 1, 16) == 0
+    )
+    assert (
+        read_threads(DataConfig(kind="criteo_multihot", path="u", read_threads=12), cuda, 1) == 12
+    )
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority") or sys.platform != "linux", reason="Linux")
+def test_reader_threads_run_nicer_than_the_training_thread():
+    from rocmtrain.data.multihot_reader import READER_NICE, ThreadedReader
+
+    def nice_of_this_thread() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    reader = ThreadedReader(None, threads=2, pin=False)
+    try:
+        mine = nice_of_this_thread()
+        theirs = {reader.executor().submit(nice_of_this_thread).result() for _ in range(4)}
+    finally:
+        reader.close()
+    assert theirs == {min(19, mine + READER_NICE)}
+    assert nice_of_this_thread() == mine  # the training thread keeps its priority
