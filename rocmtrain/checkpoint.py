@@ -38,7 +38,8 @@ API (all paths are ``pathlib.Path``):
 - ``is_complete(path) -> bool``, ``list_checkpoints(root)``, ``prune(root, keep_last)``,
   ``remove(path)``.
 - ``AtomicCheckpoint(root, every_n_train_steps=..., every_n_epochs=..., keep_last=...)``: the
-  Lightning callback ``train(cfg)`` attaches.
+  Lightning callback ``train(cfg)`` attaches (:mod:`rocmtrain.callbacks.checkpoint`; the old
+  name ``rocmtrain.checkpoint.AtomicCheckpoint`` still works).
 
 Resume: ``trainer.fit(module, datamodule=dm, ckpt_path=find_resume(root))`` restores the sharded
 tables, the fused embedding optimizer state, the dense optimizer, Lightning's loops (epoch and
@@ -438,6 +439,8 @@ def prune(root: Path, keep_last: int) -> list[Path]:
 def save(trainer: pl.Trainer, root: Path | None = None, keep_last: int | None = None) -> Path:
     """Collective: checkpoint ``trainer`` now into ``root`` (default: the AtomicCheckpoint
     callback's root) and prune to ``keep_last``. Call on every rank at a step boundary."""
+    from rocmtrain.callbacks.checkpoint import AtomicCheckpoint
+
     cb = next((c for c in trainer.callbacks if isinstance(c, AtomicCheckpoint)), None)
     if root is None:
         if cb is None:
@@ -454,44 +457,12 @@ def save(trainer: pl.Trainer, root: Path | None = None, keep_last: int | None = 
     return path
 
 
-class AtomicCheckpoint(pl.Callback):
-    """Write atomic sharded checkpoints every N steps and/or at epoch ends; keep the last N."""
+def __getattr__(name: str) -> Any:
+    """``rocmtrain.checkpoint.AtomicCheckpoint`` still resolves: the callback lives in
+    :mod:`rocmtrain.callbacks.checkpoint` with the other training callbacks (imported on use,
+    since that module imports this one)."""
+    if name == "AtomicCheckpoint":
+        from rocmtrain.callbacks.checkpoint import AtomicCheckpoint
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str],
-        *,
-        every_n_train_steps: int | None = None,
-        every_n_epochs: int = 1,
-        keep_last: int = 2,
-    ) -> None:
-        self.root = Path(root)
-        self.every_n_train_steps = every_n_train_steps
-        self.every_n_epochs = every_n_epochs
-        self.keep_last = keep_last
-        self.last_saved: Path | None = None
-
-    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        n = self.every_n_train_steps
-        step = trainer.global_step
-        every = bool(n) and step > 0 and step % n == 0
-        # the last step of a run cut by max_steps is saved here, as a step inside its epoch: the
-        # epoch-end save that follows would store the loop as if the epoch's data had all run,
-        # and the next run (more steps, same epochs) would skip the rest of that epoch
-        last = 0 < trainer.max_steps <= step
-        if every or (last and (n or self.every_n_epochs)):
-            save(trainer, self.root, self.keep_last)
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        n = self.every_n_epochs
-        if n and (trainer.current_epoch + 1) % n == 0:
-            name = checkpoint_name(trainer.global_step)
-            if self.last_saved is not None and self.last_saved.name == name:
-                return
-            # a complete checkpoint of this very step is the one this run resumed from (no step
-            # trained since): writing it again would store the loop as if the epoch had run here
-            # too, and the next resume would skip an epoch nobody trained
-            if is_complete(self.root / name):
-                self.last_saved = self.root / name
-                return
-            save(trainer, self.root, self.keep_last)
+        return AtomicCheckpoint
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

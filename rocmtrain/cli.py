@@ -7,8 +7,9 @@
     python -m rocmtrain --help                           # groups and options
 
 Flow: register the schema and recipes in Hydra's ConfigStore → compose (typed; a bad key or
-type fails here) → :func:`run` validates values → ``rocmtrain.launch.maybe_submit`` (Slurm) →
-dry run or :func:`rocmtrain.train.train`. Known bad input (config values, missing files, missing
+type fails here) → :func:`run` validates values and computes the placement once →
+``rocmtrain.launch.maybe_submit`` (Slurm) → dry run (:mod:`rocmtrain.dry_run`) or
+:func:`rocmtrain.train.run_training`. Known bad input (config values, missing files, missing
 GPUs, a plan that does not fit) ends with one ``rocmtrain: error: ...`` line and exit code 2.
 The run directory is printed on exit, success or failure.
 """
@@ -30,6 +31,7 @@ from rocmtrain.config.schema import (
     register_configs,
     to_run_config,
 )
+from rocmtrain.ranks import global_rank
 
 
 def _usage_errors() -> tuple[type[BaseException], ...]:
@@ -48,11 +50,6 @@ def _usage_errors() -> tuple[type[BaseException], ...]:
         ResumeError,
         FileNotFoundError,
     )
-
-
-def _rank() -> int:
-    env = os.environ  # RANK (torchrun/Lightning), SLURM_PROCID (a Slurm task), LOCAL_RANK
-    return int(env.get("RANK", env.get("SLURM_PROCID", env.get("LOCAL_RANK", "0"))) or 0)
 
 
 _PINNED: list[str] = []  # the run_dir override added by _pin_run_dir (not the user's)
@@ -215,19 +212,17 @@ def _unwritable_run_dir(argv: list[str]) -> str | None:
             "run_dir out for runs/<recipe>/<date_time>"
         )
     path = Path(raw).absolute()
-    if _rank() == 0:  # ranks Lightning starts join the run that holds the lock
+    if global_rank() == 0:  # ranks Lightning starts join the run that holds the lock
         from rocmtrain import run_lock
-        from rocmtrain.train import IN_USE
+        from rocmtrain.run_dirs import IN_USE
 
         other = run_lock.holder(path)
         if other is not None:
             return f"run_dir={str(path)!r} is invalid: {IN_USE.format(other)}"
-    try:  # the real test, also as root (os.access says yes to root on a read-only /proc)
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
+    from rocmtrain.run_dirs import write_error
+
+    exc = write_error(path)
+    if exc is not None:
         return (
             f"run_dir={str(path)!r} is not writable ({exc.strerror}); choose a writable folder "
             "(run_dir=/path/to/runs/name)"
@@ -247,27 +242,31 @@ def run(cfg: Any) -> int:
     try:
         reject_unknown_keys(cfg)
         rc = to_run_config(cfg)
-        validate_run_config(rc)
+        validate_run_config(rc)  # the one validation of this run
         code = maybe_submit(rc, _task_overrides())
         if code is not None:
             return code
-        if rc.dry_run:
-            from rocmtrain.train import check_cpu_ranks
+        from rocmtrain.train import placement_of
 
-            check_cpu_ranks(rc)
-            print_plan(rc, _task_overrides())
+        where = placement_of(rc)  # the GPU question, answered once for the run
+        if rc.dry_run:
+            from rocmtrain.dry_run import dry_run
+
+            dry_run(rc, _task_overrides(), where)
             return exit_codes.OK
-        from rocmtrain.train import train
+        from rocmtrain.train import run_training
 
         started = True
-        train(rc)
+        run_training(rc, where)
         return exit_codes.OK
     except _usage_errors() as exc:
         started = started and _has_checkpoint_or_logs(run_dir)
         print(f"rocmtrain: error: {exc}", file=sys.stderr)
         return exit_codes.USAGE
     except KeyboardInterrupt:
-        print(f"rocmtrain: interrupted (rank {_rank()}); no checkpoint written", file=sys.stderr)
+        print(
+            f"rocmtrain: interrupted (rank {global_rank()}); no checkpoint written", file=sys.stderr
+        )
         return exit_codes.INTERRUPTED
     except Exception as exc:  # a crash while training: one line here, the traceback in the run dir
         _report_crash(exc, run_dir)
@@ -275,7 +274,7 @@ def run(cfg: Any) -> int:
     finally:
         if not started and not existed:
             _discard(run_dir)  # a rejected command leaves no run dir behind
-        elif _rank() == 0 and run_dir.is_dir():
+        elif global_rank() == 0 and run_dir.is_dir():
             print(f"rocmtrain: run dir: {run_dir.resolve()}", file=sys.stderr)
 
 
@@ -318,7 +317,7 @@ def reject_unknown_keys(cfg: Any) -> None:
 def _report_crash(exc: BaseException, run_dir: Path) -> None:
     from rocmtrain.faults.hints import write_traceback
 
-    rank = _rank()
+    rank = global_rank()
     path = write_traceback(exc, run_dir, rank)
     first = (str(exc).strip().splitlines() or [""])[0]
     where = path.resolve() if path is not None else "not written"
@@ -353,7 +352,7 @@ def _discard(run_dir: Path) -> None:
     log); never a folder with anything else in it."""
     import shutil
 
-    if not run_dir.is_dir() or _rank() != 0:
+    if not run_dir.is_dir() or global_rank() != 0:
         return
     if _only_hydra_files(run_dir):
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -378,97 +377,3 @@ def maybe_submit(cfg: Any, overrides: list[str]) -> int | None:
     from rocmtrain.launch import maybe_submit as submit
 
     return submit(cfg, overrides)
-
-
-# -- dry run --------------------------------------------------------------------------------------
-def print_plan(cfg: Any, overrides: list[str]) -> None:
-    """Print world size, the sharding plan per table, the env vars and the launch command.
-
-    Needs no GPU and no process group: the planner runs on a fake topology of
-    ``trainer.devices x trainer.num_nodes`` devices of the recipe's kind.
-    """
-    import torch
-
-    from rocmtrain import platform
-    from rocmtrain.models.dlrm import build_dlrm
-    from rocmtrain.strategies import TorchRecStrategy
-    from rocmtrain.strategies.planning import describe_plan
-
-    gpu = platform.is_gpu_run(cfg.trainer.accelerator, cfg.strategy.backend)
-    device = "cuda" if gpu else "cpu"
-    backend = (
-        cfg.strategy.backend if cfg.strategy.backend != "auto" else ("nccl" if gpu else "gloo")
-    )
-    ws, m = cfg.world_size, cfg.model
-    rows = m.table_rows()
-    out = [f"rocmtrain dry run: recipe {cfg.recipe} (nothing is trained)"]
-    out.append(
-        f"  world size      {ws} = {cfg.trainer.devices} {device} rank(s)/node x "
-        f"{cfg.trainer.num_nodes} node(s); backend {backend}"
-        + (" (RCCL on ROCm)" if backend == "nccl" else "")
-    )
-    cap = f", capped at {m.max_rows_per_table:,}" if m.max_rows_per_table else ""
-    out.append(
-        f"  model           DLRM ({m.interaction} interaction), {m.num_features} tables, "
-        f"D={m.embedding_dim}, {sum(rows):,} rows{cap}, embeddings "
-        f"{sum(rows) * m.embedding_dim * 4 / 2**30:.2f} GiB fp32"
-    )
-    out.append(
-        f"  batch           {cfg.data.batch_size}/rank, global {cfg.data.batch_size * ws}; "
-        f"data {cfg.data.kind}; precision {cfg.precision.mode}; kernel {cfg.kernel}"
-    )
-    model = build_dlrm(m, dense_device=torch.device("meta"))
-    strategy = TorchRecStrategy.from_config(cfg)
-    plan = strategy.plan_for(
-        model, world_size=ws, local_world_size=cfg.trainer.devices, compute_device=device
-    )
-    kind = strategy.pipeline_kind(cfg.trainer.accelerator)
-    loop = {
-        "sparse_dist": "rocmtrain input pipeline (TorchRec's sparse-dist schedule)",
-        "semi_sync": "TorchRec TrainPipelineSemiSync",
-    }.get(kind or "", "plain Lightning loop")
-    out.append(f"  train loop      {loop} (strategy.pipeline={cfg.strategy.pipeline})")
-    out.append(
-        f"  sharding plan   TorchRec planner, sharding_type={cfg.strategy.sharding_type}, "
-        f"topology {ws} x {device}"
-    )
-    out += [f"    {row}" for row in describe_plan(plan)]
-    if strategy.balance_report is not None:
-        out.append("  plan cost       lookup bytes per sample (pooling factor x dim) per rank")
-        out += [f"    {line}" for line in strategy.balance_report.lines()]
-    out.append("  environment     set in every rank before init_process_group:")
-    out += [f"    {line}" for line in _planned_env(cfg)]
-    out.append("  launch")
-    out += [f"    {line}" for line in _launch_lines(cfg, overrides)]
-    print("\n".join(out), flush=True)
-
-
-def _planned_env(cfg: Any) -> list[str]:
-    """What the strategy sets in every rank, and what it says about the environment: the same
-    checks as a real run, so a bad value (``NCCL_PROTO=LL9``) fails the dry run too."""
-    from rocmtrain.comms.rccl import environment_findings, plan_rccl_env
-    from rocmtrain.config import ConfigError
-
-    warnings: list[str] = []
-    try:
-        env = plan_rccl_env(cfg.rccl, run_dir=cfg.run_dir, warnings=warnings)
-        warnings += environment_findings(dict(os.environ))
-    except ValueError as exc:
-        raise ConfigError("rccl", "(environment)", str(exc)) from exc
-    lines = [f"{k}={v}" for k, v in sorted(env.items())] or ["(none: library defaults)"]
-    return lines + [f"warning: {w}" for w in warnings]
-
-
-def _launch_lines(cfg: Any, overrides: list[str]) -> list[str]:
-    args = " ".join(o for o in overrides if not o.startswith("dry_run="))
-    cmd = f"python -m rocmtrain {args}".rstrip()
-    if cfg.trainer.num_nodes == 1:
-        return [
-            cmd,
-            f"(Lightning starts {cfg.trainer.devices} rank(s) on this node, one per "
-            f"{'GPU' if cfg.trainer.accelerator != 'cpu' else 'process'})",
-        ]
-    return [
-        f"{cmd} cluster=slurm   # {cfg.trainer.num_nodes} nodes: submit through Slurm, or run "
-        "this command on every node with MASTER_ADDR, MASTER_PORT, NODE_RANK set",
-    ]

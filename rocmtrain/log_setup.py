@@ -15,16 +15,11 @@ print WARNING and above to the console (their INFO still reaches any log file).
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
+from rocmtrain.ranks import global_rank as rank  # noqa: F401  (``log_setup.rank``: the old name)
+
 _FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
-
-
-def rank() -> int:
-    """Global rank from the launcher's environment (0 before any launcher set one)."""
-    env = os.environ  # RANK (torchrun/Lightning), SLURM_PROCID (a Slurm task), LOCAL_RANK
-    return int(env.get("RANK", env.get("SLURM_PROCID", env.get("LOCAL_RANK", "0"))) or 0)
 
 
 class _Fallback(logging.StreamHandler):

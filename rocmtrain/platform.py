@@ -17,7 +17,9 @@ from typing import Literal
 
 import torch
 
-Backend = Literal["cpu", "cuda", "rocm"]
+Runtime = Literal["cpu", "cuda", "rocm"]
+#: the old name of :data:`Runtime` ("backend" also names the process-group backend: gloo/nccl)
+Backend = Runtime
 
 #: wavefront width by gfx family, used when a device cannot be queried (e.g. a recorded fixture).
 CDNA_ARCHS = ("gfx908", "gfx90a", "gfx940", "gfx941", "gfx942", "gfx950")
@@ -50,11 +52,15 @@ def has_gpu() -> bool:
     return torch.cuda.is_available() and torch.cuda.device_count() > 0
 
 
-def backend() -> Backend:
-    """``"rocm"`` or ``"cuda"`` when a GPU is visible, else ``"cpu"``."""
+def runtime() -> Runtime:
+    """``"rocm"`` or ``"cuda"`` when a GPU is visible, else ``"cpu"``: the GPU software stack."""
     if not has_gpu():
         return "cpu"
     return "rocm" if is_rocm() else "cuda"
+
+
+#: the old name of :func:`runtime`, kept for users' code
+backend = runtime
 
 
 def is_gpu_run(accelerator: str, backend: str = "auto") -> bool:
@@ -63,6 +69,30 @@ def is_gpu_run(accelerator: str, backend: str = "auto") -> bool:
     if accelerator == "gpu" or backend == "nccl":
         return True
     return accelerator == "auto" and has_gpu()
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a run's ranks compute, answered once per run and passed down.
+
+    ``gpu``: the ranks train on GPUs; ``device``: the torch device type (``"cuda"`` on NVIDIA and
+    ROCm alike, ``"cpu"``); ``process_group``: the torch.distributed backend (``"nccl"``, which
+    is RCCL on ROCm, or ``"gloo"``).
+    """
+
+    gpu: bool
+    device: Literal["cuda", "cpu"]
+    process_group: Literal["nccl", "gloo"]
+
+
+def placement(accelerator: str, process_group: str = "auto") -> Placement:
+    """The :class:`Placement` of a run from ``trainer.accelerator`` and ``strategy.backend``
+    (the process-group backend: ``auto``, ``gloo`` or ``nccl``); an explicit backend is kept,
+    ``auto`` follows the device."""
+    gpu = is_gpu_run(accelerator, process_group)
+    if process_group not in ("nccl", "gloo"):
+        process_group = "nccl" if gpu else "gloo"
+    return Placement(gpu=gpu, device="cuda" if gpu else "cpu", process_group=process_group)
 
 
 def device_count() -> int:
@@ -122,7 +152,7 @@ class DeviceInfo:
 
     index: int
     name: str
-    backend: Backend
+    backend: Runtime  #: the GPU software stack (:func:`runtime`), not a process-group backend
     arch: str | None  #: gfx arch on ROCm (``gfx942``), ``sm_90`` style on CUDA, None on CPU
     warp_size: int
     multi_processor_count: int
@@ -142,7 +172,7 @@ def device_info(device: int = 0) -> DeviceInfo:
     return DeviceInfo(
         index=device,
         name=props.name,
-        backend=backend(),
+        backend=runtime(),
         arch=arch,
         warp_size=warp_size(device),
         multi_processor_count=props.multi_processor_count,

@@ -1,9 +1,14 @@
 """``train(cfg) -> metrics``: build data, model, strategy, callbacks and fit. A plain function.
 
     from rocmtrain.config.schema import RunConfig
-from rocmtrain.strategies import TorchRecStrategy
     from rocmtrain.train import train
     metrics = train(RunConfig())     # the dlrm_cpu defaults; returns the last epoch's metrics
+
+Read top to bottom: :func:`train` validates ``cfg`` and answers the GPU question once
+(:func:`rocmtrain.platform.placement`); :func:`run_training` checks the machine, builds the
+strategy (which refuses a device it does not support), prepares the run dir, then builds data,
+model and trainer (with :func:`rocmtrain.callbacks.build_callbacks`) and fits. The CLI, which has
+validated ``cfg`` and computed the placement already, calls :func:`run_training` directly.
 
 Every rank runs this function (Lightning re-runs the command line for ranks > 0). The run
 auto-resumes from the newest complete checkpoint under ``cfg.checkpoint.dir`` (default
@@ -29,7 +34,11 @@ from rocmtrain import checkpoint as ckpt
 from rocmtrain import platform
 from rocmtrain.comms.shutdown import close_process_group
 from rocmtrain.config.schema import RunConfig
+from rocmtrain.platform import Placement
+from rocmtrain.run_dirs import IN_USE, prepare_run_dir, put_back_metrics
 from rocmtrain.strategies import TorchRecStrategy
+
+__all__ = ["IN_USE", "HardwareError", "prepare_run_dir", "train", "run_training"]
 
 log = logging.getLogger(__name__)
 
@@ -38,21 +47,65 @@ class HardwareError(RuntimeError):
     """The recipe needs hardware this machine does not have; the message says what to run."""
 
 
-def check_hardware(cfg: RunConfig) -> None:
+def placement_of(cfg: RunConfig) -> Placement:
+    """The run's :class:`~rocmtrain.platform.Placement` from ``trainer.accelerator`` and
+    ``strategy.backend`` (the process-group backend)."""
+    return platform.placement(cfg.trainer.accelerator, cfg.strategy.backend)
+
+
+def train(cfg: RunConfig) -> dict[str, float]:
+    """Train ``cfg``; returns the last epoch's metrics (train/val loss, AUC, NE, samples/s)."""
+    from rocmtrain.config.schema import validate_run_config
+
+    validate_run_config(cfg)
+    return run_training(cfg, placement_of(cfg))
+
+
+def run_training(cfg: RunConfig, where: Placement) -> dict[str, float]:
+    """Train a validated ``cfg`` placed at ``where``; returns the last epoch's metrics."""
+    from rocmtrain.console import quiet_precision_hints
+
+    quiet_precision_hints()  # the config sets the matmul precision on purpose
+    _hand_over_early_signals(cfg)
+    check_hardware(cfg, where)
+    check_cpu_ranks(cfg, where)
+    strategy = TorchRecStrategy.from_config(cfg)
+    strategy.check_supported(where.device)
+    run_dir = prepare_run_dir(cfg)
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    datamodule = build_datamodule(cfg)
+    module = build_module(cfg, strategy)
+    trainer = build_trainer(cfg, run_dir, strategy=strategy, where=where)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg))
+    except ckpt.ResumeError:
+        put_back_metrics(run_dir)  # nothing was trained: the folder stays as it was
+        raise
+    close_process_group(barrier=True)  # every rank gets here; end in step
+    final = dict(module.history[-1]) if module.history else {}
+    if trainer.is_global_zero and final:
+        log.info("final metrics: %s", final)
+    return final
+
+
+# -- checks before anything starts -------------------------------------------------------------
+def check_hardware(cfg: RunConfig, where: Placement | None = None) -> None:
     """Fail early, naming what is missing and the CPU recipe to try."""
+    where = where or placement_of(cfg)
     t = cfg.trainer
-    if platform.is_gpu_run(t.accelerator, cfg.strategy.backend):
-        have = platform.device_count() if platform.has_gpu() else 0
-        if have < t.devices:
-            build = "CPU-only" if not (platform.is_rocm() or platform.is_cuda_build()) else "GPU"
-            raise HardwareError(
-                f"recipe {cfg.recipe} needs {t.devices} GPU(s) per node (trainer.accelerator="
-                f"{t.accelerator}, trainer.devices={t.devices}, strategy.backend="
-                f"{cfg.strategy.backend}) but this machine has {have} visible GPU(s) "
-                f"(torch {'.'.join(map(str, platform.torch_version()))}, {build} build). "
-                "On a CPU machine run: python -m rocmtrain recipe=dlrm_cpu  "
-                f"(or see this recipe's plan: python -m rocmtrain recipe={cfg.recipe} dry_run=true)"
-            )
+    if not where.gpu:
+        return
+    have = platform.device_count() if platform.has_gpu() else 0
+    if have < t.devices:
+        build = "CPU-only" if not (platform.is_rocm() or platform.is_cuda_build()) else "GPU"
+        raise HardwareError(
+            f"recipe {cfg.recipe} needs {t.devices} GPU(s) per node (trainer.accelerator="
+            f"{t.accelerator}, trainer.devices={t.devices}, strategy.backend="
+            f"{cfg.strategy.backend}) but this machine has {have} visible GPU(s) "
+            f"(torch {'.'.join(map(str, platform.torch_version()))}, {build} build). "
+            "On a CPU machine run: python -m rocmtrain recipe=dlrm_cpu  "
+            f"(or see this recipe's plan: python -m rocmtrain recipe={cfg.recipe} dry_run=true)"
+        )
 
 
 #: CPU ranks per core beyond which a local CPU run only oversubscribes the machine (a few ranks
@@ -60,13 +113,14 @@ def check_hardware(cfg: RunConfig) -> None:
 CPU_RANKS_PER_CORE = 4
 
 
-def check_cpu_ranks(cfg: RunConfig) -> None:
+def check_cpu_ranks(cfg: RunConfig, where: Placement | None = None) -> None:
     """A local CPU run starts ``trainer.devices`` processes on this machine: refuse a count it
     cannot hold (the dry run too, whose planner would cost a topology of that size)."""
     from rocmtrain.config import ConfigError
 
+    where = where or placement_of(cfg)
     t = cfg.trainer
-    if cfg.cluster.kind != "local" or platform.is_gpu_run(t.accelerator, cfg.strategy.backend):
+    if cfg.cluster.kind != "local" or where.gpu:
         return
     cores = os.cpu_count() or 1
     most = CPU_RANKS_PER_CORE * cores
@@ -79,100 +133,19 @@ def check_cpu_ranks(cfg: RunConfig) -> None:
         )
 
 
-def train(cfg: RunConfig) -> dict[str, float]:
-    """Train ``cfg``; returns the last epoch's metrics (train/val loss, AUC, NE, samples/s)."""
-    from rocmtrain.config.schema import validate_run_config
-    from rocmtrain.console import quiet_precision_hints
-    from rocmtrain.data import build_datamodule
+# -- the parts of the run ------------------------------------------------------------------------
+def build_datamodule(cfg: RunConfig) -> pl.LightningDataModule:
+    """The datamodule of ``cfg.data``, sized by the model's tables and features."""
+    from rocmtrain.data import build_datamodule as build
 
-    validate_run_config(cfg)
-    quiet_precision_hints()  # the config sets the matmul precision on purpose
-    _hand_over_early_signals(cfg)
-    check_hardware(cfg)
-    check_cpu_ranks(cfg)
-    strategy = TorchRecStrategy.from_config(cfg)
-    gpu = platform.is_gpu_run(cfg.trainer.accelerator, cfg.strategy.backend)
-    strategy.check_supported("cuda" if gpu else "cpu")
-    run_dir = prepare_run_dir(cfg)
-    pl.seed_everything(cfg.seed, workers=True, verbose=False)
     m = cfg.model
-    datamodule = build_datamodule(
+    return build(
         cfg.data,
         num_embeddings_per_feature=m.table_rows(),
         multi_hot_sizes=m.multi_hot_sizes,
         num_dense=m.num_dense_features,
         seed=cfg.seed,
     )
-    module = build_module(cfg, strategy)
-    trainer = build_trainer(cfg, run_dir, strategy=strategy)
-    try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg))
-    except ckpt.ResumeError:
-        _put_back_metrics(run_dir)  # nothing was trained: the folder stays as it was
-        raise
-    close_process_group(barrier=True)  # every rank gets here; end in step
-    final = dict(module.history[-1]) if module.history else {}
-    if trainer.is_global_zero and final:
-        log.info("final metrics: %s", final)
-    return final
-
-
-def prepare_run_dir(cfg: RunConfig) -> Path:
-    """Create ``run_dir`` (checked writable before anything starts) and keep the metrics of an
-    earlier attempt: Lightning's CSV logger deletes ``logs/metrics.csv`` when it starts."""
-    from rocmtrain.config import ConfigError
-
-    run_dir = Path(cfg.run_dir)
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / f".write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise ConfigError(
-            "run_dir", cfg.run_dir, f"cannot write there ({exc.strerror}); choose a writable folder"
-        ) from None
-    if _launching_rank():
-        from rocmtrain import run_lock
-
-        other = run_lock.acquire(run_dir)
-        if other is not None:
-            raise ConfigError("run_dir", cfg.run_dir, f"{IN_USE.format(other)}")
-    metrics = run_dir / "logs" / "metrics.csv"
-    if _launching_rank() and metrics.is_file():
-        n = 1
-        while (kept := metrics.with_name(f"metrics.attempt{n}.csv")).exists():
-            n += 1
-        metrics.rename(kept)
-        _KEPT_METRICS.append(kept)
-        log.info("resume: the previous attempt's metrics are kept in %s", kept)
-    return run_dir
-
-
-#: the previous attempt's metrics.csv as this process renamed it (prepare_run_dir)
-_KEPT_METRICS: list[Path] = []
-
-
-def _put_back_metrics(run_dir: Path) -> None:
-    """Undo prepare_run_dir's rename when the run could not resume (no new metrics written)."""
-    metrics = run_dir / "logs" / "metrics.csv"
-    while _KEPT_METRICS:
-        kept = _KEPT_METRICS.pop()
-        if kept.parent == metrics.parent and kept.is_file() and not metrics.exists():
-            kept.rename(metrics)
-
-
-#: the fix when another run holds the run dir (``{}``: who holds it)
-IN_USE = (
-    "another run ({}) is using this folder; wait for it to end, or give this run its own "
-    "run_dir (leave run_dir out for runs/<recipe>/<date_time>)"
-)
-
-
-def _launching_rank() -> bool:
-    """True in the process that launches the run (global rank 0 of Lightning, torchrun or Slurm)."""
-    env = os.environ
-    return int(env.get("RANK", env.get("SLURM_PROCID", env.get("LOCAL_RANK", "0"))) or 0) == 0
 
 
 def build_module(cfg: RunConfig, strategy: TorchRecStrategy) -> pl.LightningModule:
@@ -186,37 +159,20 @@ def build_module(cfg: RunConfig, strategy: TorchRecStrategy) -> pl.LightningModu
 
 
 def build_trainer(
-    cfg: RunConfig, run_dir: Path, *, strategy: TorchRecStrategy | None = None, **overrides: Any
+    cfg: RunConfig,
+    run_dir: Path,
+    *,
+    strategy: TorchRecStrategy | None = None,
+    where: Placement | None = None,
+    **overrides: Any,
 ) -> pl.Trainer:
     """The ``pl.Trainer`` of ``cfg`` (strategy, callbacks, plugins, logger in ``run_dir``)."""
     from pytorch_lightning.loggers import CSVLogger
 
-    from rocmtrain.progress import HostMetricsProgressBar
-    from rocmtrain.throughput import ThroughputCallback
+    from rocmtrain.callbacks import build_callbacks
 
+    where = where or placement_of(cfg)
     t = cfg.trainer
-    callbacks: list[pl.Callback] = []
-    if t.progress_bar:
-        callbacks.append(HostMetricsProgressBar(refresh_rate=t.progress_bar_refresh_steps))
-    if cfg.checkpoint.enabled:
-        callbacks.append(
-            ckpt.AtomicCheckpoint(
-                cfg.checkpoint.dir,
-                every_n_train_steps=cfg.checkpoint.every_n_train_steps,
-                every_n_epochs=cfg.checkpoint.every_n_epochs,
-                keep_last=cfg.checkpoint.keep_last,
-            )
-        )
-    callbacks += _monitor_callbacks(cfg, run_dir)
-    callbacks += _grad_health_callbacks(cfg)
-    callbacks.append(
-        ThroughputCallback(
-            run_dir,
-            warmup_steps=cfg.monitor.throughput_warmup_steps,
-            sync_every=cfg.monitor.throughput_window_steps,
-            batch_per_rank=cfg.data.batch_size,
-        )
-    )
     kwargs: dict[str, Any] = dict(
         accelerator=t.accelerator,
         devices=t.devices,
@@ -234,8 +190,8 @@ def build_trainer(
         enable_model_summary=False,
         default_root_dir=str(run_dir),
         logger=CSVLogger(str(run_dir), name="logs", version=""),
-        callbacks=callbacks,
-        plugins=_precision_plugins(cfg, run_dir) + _cluster_plugins(),
+        callbacks=build_callbacks(cfg, run_dir),
+        plugins=_precision_plugins(cfg, run_dir, where) + _cluster_plugins(),
     )
     kwargs.update(overrides)
     return pl.Trainer(**kwargs)
@@ -268,29 +224,12 @@ def resume_path(cfg: RunConfig) -> str | None:
     return None
 
 
-# -- optional features and plugins ---------------------------------------------
-def _precision_plugins(cfg: RunConfig, run_dir: Path) -> list[Any]:
+# -- plugins and signals ------------------------------------------------------------------------
+def _precision_plugins(cfg: RunConfig, run_dir: Path, where: Placement) -> list[Any]:
     """The precision plugin of ``cfg.precision`` for this run's device."""
     from rocmtrain.precision.plugin import build_precision_plugin
 
-    gpu = platform.is_gpu_run(cfg.trainer.accelerator, cfg.strategy.backend)
-    device = "cuda" if gpu else "cpu"
-    return [build_precision_plugin(cfg.precision, run_dir=run_dir, device=device)]
-
-
-def _monitor_callbacks(cfg: RunConfig, run_dir: Path) -> list[pl.Callback]:
-    """Device monitor, step-time statistics and the optional profiler."""
-    from rocmtrain.diagnostics.monitor import build_callbacks
-
-    return build_callbacks(cfg.monitor, run_dir, profile=cfg.profile)
-
-
-def _grad_health_callbacks(cfg: RunConfig) -> list[pl.Callback]:
-    """Per-group gradient norms; NaN/Inf steps named and skipped."""
-    from rocmtrain.precision.grad_health import GradHealthCallback
-
-    gh = cfg.precision.grad_health
-    return [GradHealthCallback.from_config(gh)] if gh.enabled else []
+    return [build_precision_plugin(cfg.precision, run_dir=run_dir, device=where.device)]
 
 
 def _hand_over_early_signals(cfg: RunConfig) -> None:

@@ -1,4 +1,5 @@
-"""Shared test fixtures: the real recorded outputs in ``tests/fixtures``, and hardware gates."""
+"""Shared test fixtures: the real recorded outputs in ``tests/fixtures``, the tiny run config
+(``tiny_config.py``), and hardware gates."""
 
 from __future__ import annotations
 
@@ -23,6 +24,14 @@ def fixtures_dir() -> Path:
 def data_dir() -> Path:
     """Real Criteo rows (``criteo/SOURCE.md`` has their origin and licence)."""
     return DATA
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path):
+    """The shared tiny run config (``tests/tiny_config.py``) with its run dir in ``tmp_path``."""
+    from tiny_config import tiny_run_config
+
+    return tiny_run_config(tmp_path / "run")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -179,7 +179,7 @@ def test_dry_run_subprocess(recipe, cli_runs):
 def test_every_recipe_dry_runs(recipe, capsys):
     """The other recipes' plans in-process (the CLI's own print_plan; cpu and mi300 run as
     subprocesses above)."""
-    from rocmtrain.cli import print_plan
+    from rocmtrain.dry_run import print_plan
 
     print_plan(compose(recipe), [f"recipe={recipe}"])
     check_dry_run(recipe, capsys.readouterr().out)
@@ -297,8 +297,8 @@ def test_bad_values_fail_validation_naming_field_and_fix(override):
 
 def test_dry_run_runs_the_environment_checks_of_a_real_run(monkeypatch, capsys):
     """The dry run rejects the values a real run rejects and shows the same warnings."""
-    from rocmtrain.cli import print_plan
     from rocmtrain.config import ConfigError
+    from rocmtrain.dry_run import print_plan
 
     monkeypatch.setenv("RCCL_PROTO", "LL")
     print_plan(compose("dlrm_cpu"), [])

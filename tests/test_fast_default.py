@@ -1,6 +1,6 @@
 """What a user runs is what is measured: the CPU recipe through the real CLI (2 gloo ranks).
 
-* The epoch line's samples/s is the steady-state rate of ``rocmtrain.throughput`` (the number
+* The epoch line's samples/s is the steady-state rate of ``rocmtrain.callbacks.throughput`` (the number
   the benchmarks read from ``throughput.json``), not a whole-epoch average with the warm-up in it.
 * The data pipeline alone (no model) delivers the recipe's batches at >= 3x its training step
   rate on this machine, so the CPU recipe is never input-bound.

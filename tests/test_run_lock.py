@@ -57,7 +57,7 @@ def test_train_refuses_a_held_run_dir_and_takes_it_once_free(held):
     from rocmtrain import run_lock
     from rocmtrain.config import ConfigError
     from rocmtrain.config.schema import RunConfig
-    from rocmtrain.train import prepare_run_dir
+    from rocmtrain.run_dirs import prepare_run_dir
 
     run_dir, holder = held
     with pytest.raises(ConfigError, match=f"another run \\(pid {holder.pid}\\)"):

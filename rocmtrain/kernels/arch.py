@@ -42,7 +42,7 @@ class ArchParams:
     row seen more often than one tile holds is combined from fp32 partials (no serialisation).
     At most 16 on GPUs: Triton 3.6 fails to compile the SGD variant of the tile kernel for
     tiles of 32 or 64 positions at D <= 64 (TritonGPURemoveLayoutConversions: "mask type
-    matches ptr type", seen on the H200 2026-12-01)."""
+    matches ptr type"; the failing cases are recorded in scripts/bench/BENCHMARKS.md)."""
     bwd_elems_per_lane: int = 16
     """Backward: fp32 elements per lane of one ``[tile, BLOCK_D]`` tensor (the tile shrinks for
     wide rows so the gradient tile, its scan and the weight rows stay in registers)."""
@@ -83,17 +83,12 @@ class ArchParams:
 # programs and many resident CTAs; CDNA wavefronts are 64 wide, so 128 lanes = 2 waves and
 # waves_per_eu=2 keeps register use low enough for 8+ waves per CU on gfx942 / gfx90a.
 ARCH_TABLE: dict[str, ArchParams] = {
-    # H200, DLRM table set (14 M ids, rowwise Adagrad; scripts/bench/bwd_variants.py): steps of
-    # 8 positions x 64 lanes beat 16 x 128 by 1.13-1.22x over the whole backward; bags read in
-    # sorted order cut one dependent load per step (1.17-1.26x). 8 steps per program (64
-    # positions) cut the hot-row kernels 4-7x (they scale with the number of programs), but the
-    # loop takes 104 registers: capped at 80 (12 programs per SM instead of 8; a few spills) the
-    # whole backward ran 1.12x / 1.07x (uniform) and 1.47x / 1.38x (Zipf) faster than one
-    # uncapped step, in two runs (BENCHMARKS.md, ninth session); the tile kernel then moves its
-    # bytes at 84 % of the copy bandwidth (tenth session).
-    # Interior pieces gather 2 steps (16 rows) per iteration: at the recipe's ids (64 % of them
-    # on 14.5 K hot rows) the tile kernel took 3,037 instead of 3,089 us and the backward 1.01x
-    # [1.00-1.01] less; 4 steps per iteration was 0.97x (bwd_variants, 2026-12-03).
+    # sm_90 was tuned at the DLRM table set (scripts/bench/bwd_variants.py; the numbers are in
+    # scripts/bench/BENCHMARKS.md, "Records kept from the package docs"). Steps of 8 positions x
+    # 64 lanes over 16 x 128; bags read in sorted order (one dependent load less per step). 8
+    # steps per program, because the hot-row kernels scale with the number of programs; the loop
+    # then takes 104 registers, so it is capped at 80 (more programs per SM for a few spills).
+    # Interior pieces gather 2 steps (16 rows) per iteration; 4 per iteration was slower.
     "sm_90": ArchParams(
         bwd_lanes=64,
         bwd_max_tile=8,
@@ -151,9 +146,9 @@ class FwdTile:
 # BLOCK_L so a program streams one bag's rows with several 16-byte loads in flight per lane.
 # CDNA (wave64): 128 lanes = 2 waves; one-hot programs are short, so 4 waves per EU stay resident.
 FWD_TILES: dict[str, dict[str, FwdTile]] = {
-    # H200 autotune 2026-12-02 (kernel time, 5 rounds): 64 lanes, 2 positions x 8 bags per step
-    # and the index prefetch: 0.069 ms at fp32 D=128 L=32 (94 % of copy) vs 0.083 for 128 lanes
-    # x 8 positions x 1 bag; at fp16 D=256 L=32 0.078 vs 0.189
+    # sm_90 multi-hot from the H200 autotune (kernel time; numbers in scripts/bench/BENCHMARKS.md):
+    # 64 lanes, 2 positions x 8 bags per step and the index prefetch beat 128 lanes x 8
+    # positions x 1 bag at fp32 D=128 and fp16 D=256, L=32
     "sm_90": {
         "onehot": FwdTile(128, 32, 32, 1),
         "multihot": FwdTile(64, 128, 16, 2, prefetch=True),
@@ -168,9 +163,8 @@ FWD_TILES: dict[str, dict[str, FwdTile]] = {
 }
 # The backward's keys kernel walks the same bags x BLOCK_L grid of positions as the forward but
 # writes one key and one bag per position instead of gathering rows, so on sm_90 it keeps the tile
-# it had before the forward's changed: with the 64-lane, 2-position multi-hot tile its profiled
-# call took 343 instead of 162 us at the DLRM table set and 10-12 instead of 3 us at L=32 (H200,
-# one profiled call per case and sweep; BENCHMARKS.md, eleventh session).
+# it had before the forward's changed: the 64-lane, 2-position multi-hot tile made its profiled
+# call about twice as slow at the DLRM table set and at L=32 (scripts/bench/BENCHMARKS.md).
 KEYS_TILES: dict[str, dict[str, FwdTile]] = {
     **FWD_TILES,
     "sm_90": {"onehot": FwdTile(128, 32, 32, 1), "multihot": FwdTile(128, 32, 16, 16)},

@@ -425,7 +425,7 @@ class TableBatchedEmbeddingBags(nn.Module):
     #: that is ~30 us of an H200's copy bandwidth (~80 us on an MI250X) against the ~0.2 ms of
     #: host launches it saves; a larger input means a backward whose GPU time outruns its
     #: launches, where the copy is pure cost (the DLRM-DCNv2 recipe's 0.55 GB of bf16 gradients
-    #: and ids per step: ~0.3 ms of copies on the H200, 2026-12-03).
+    #: and ids per step: ~0.3 ms of copies on an H200).
     _AUTO_MAX_GRAPH_BYTES = 64 << 20
 
     def _graph_signature(self, args, kw) -> tuple:

@@ -26,6 +26,8 @@ import torchmetrics
 from torchrec.datasets.utils import Batch
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
+from rocmtrain.callbacks.progress import loggers_write
+from rocmtrain.callbacks.throughput import STEADY_KEY
 from rocmtrain.config.model import ModelConfig
 from rocmtrain.metrics import BinnedBinaryAUROC, NormalizedEntropy
 from rocmtrain.models.dlrm import (
@@ -35,8 +37,6 @@ from rocmtrain.models.dlrm import (
     mark_step,
     warn_without_cuda_graphs,
 )
-from rocmtrain.progress import loggers_write
-from rocmtrain.throughput import STEADY_KEY
 
 _FLUSH_EVERY = 256
 """Per-step loss records are copied to the host in groups of this many steps."""
@@ -157,7 +157,7 @@ class DLRMModule(pl.LightningModule):
         batch_size = int(labels.shape[0])
         self._samples += batch_size
         # On the writing steps only and not to the bar: each self.log costs host time a
-        # host-bound GPU step pays, and a bar value is a host sync every step (rocmtrain.progress)
+        # host-bound GPU step pays, and a bar value is a host sync every step (rocmtrain.callbacks.progress)
         if loggers_write(self.trainer):
             self.log("loss", detached, on_step=True, on_epoch=False, batch_size=batch_size)
             self._flush_steps()  # the loggers sync at this step anyway
@@ -189,7 +189,7 @@ class DLRMModule(pl.LightningModule):
             "epoch": float(self.current_epoch),
             "train_loss": float(self.train_loss.compute()),
             "train_auc": float(self.train_auc.compute()),
-            # the steady-state rate (rocmtrain.throughput: after warm-up, the benchmarks' number)
+            # the steady-state rate (rocmtrain.callbacks.throughput: after warm-up, the benchmarks' number)
             # when the epoch had windows; else the whole epoch's, warm-up included
             "samples_per_s": whole if steady is None else steady,
             "samples_per_s_epoch": whole,

@@ -31,7 +31,7 @@ import statistics
 import torch
 import torch.distributed as dist
 
-from rocmtrain.throughput import WindowClock
+from rocmtrain.callbacks.throughput import WindowClock
 
 MLPERF_MULTI_HOT = [
     3,
@@ -270,7 +270,7 @@ def _profiler(args: argparse.Namespace, device: torch.device):
 
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from rocmtrain.diagnostics.profiling import (
+    from rocmtrain.callbacks.profiling import (
         op_counts,
         step_timeline,
         timeline_markdown,

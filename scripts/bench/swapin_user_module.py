@@ -10,7 +10,7 @@ fused into the backward (``apply_optimizer_in_backward``), dense Adagrad from
 
 MLPerf DLRM-DCNv2 shapes (26 tables D=128, multi-hot, rows capped at --rows-cap), B=65536.
 ``--compile`` compiles the DCN cross net in place (``crossnet.compile()``, what the tuned plain
-TorchRec anchor does). Throughput: ``ThroughputCallback`` (rocmtrain/throughput.py) writes
+TorchRec anchor does). Throughput: ``ThroughputCallback`` (rocmtrain/callbacks/throughput.py) writes
 ``<run-dir>/throughput.json`` (median samples/s over synced windows after --warmup steps, peak
 memory), the file ``e2e_summary.py`` reads, and the last line printed is
 ``samples/s <rate> step_ms <ms> peak_gib <GiB>``.
@@ -48,7 +48,7 @@ import rocmtrain  # noqa: F401  (registers strategy="torchrec")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from e2e_feed import ordinary_loader  # noqa: E402
 
-from rocmtrain.throughput import ThroughputCallback  # noqa: E402
+from rocmtrain.callbacks.throughput import ThroughputCallback  # noqa: E402
 
 MULTI_HOT = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1]
 ROWS = [40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10,
@@ -207,7 +207,7 @@ def fit_once(args, rows, batches, feed: str, out_dir: Path, gpu: bool) -> dict:
     throughput = ThroughputCallback(out_dir, warmup_steps=args.warmup, sync_every=args.sync_every)
     callbacks: list[pl.Callback] = [throughput]
     if args.sync_report:
-        from rocmtrain.diagnostics.syncs import SyncReportCallback
+        from rocmtrain.callbacks.syncs import SyncReportCallback
 
         callbacks.append(SyncReportCallback(out_dir, start_step=9, steps=4))
     trainer = pl.Trainer(

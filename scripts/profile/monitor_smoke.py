@@ -21,8 +21,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from rocmtrain import platform
+from rocmtrain.callbacks import monitor_callbacks
+from rocmtrain.callbacks.monitor import DeviceMonitor
 from rocmtrain.config.monitor import MonitorConfig
-from rocmtrain.diagnostics.monitor import DeviceMonitor, build_callbacks
 
 
 class MLP(pl.LightningModule):
@@ -49,7 +50,7 @@ def main() -> int:
     gpu = platform.has_gpu()
     width = args.width if gpu else 256
     cfg = MonitorConfig(interval_seconds=0.5, log_every_n_steps=20, profiler_wait_steps=20)
-    callbacks = build_callbacks(cfg, args.out, profile=args.profile)
+    callbacks = monitor_callbacks(cfg, args.out, profile=args.profile)
     batch = 4096 if gpu else 64
     ds = TensorDataset(torch.randn(batch * 8, 1024), torch.randn(batch * 8))
     trainer = pl.Trainer(

@@ -16,9 +16,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from rocmtrain import platform
+from rocmtrain.callbacks import monitor_callbacks
 from rocmtrain.config.monitor import MonitorConfig
 from rocmtrain.diagnostics.checks import Inputs, run_checks
-from rocmtrain.diagnostics.monitor import build_callbacks
 
 pytestmark = pytest.mark.gpu
 
@@ -61,7 +61,7 @@ def test_doctor_live_gpu() -> None:
 
 def test_monitor_samples_gpu(tmp_path: Path) -> None:
     cfg = MonitorConfig(interval_seconds=0.2, log_every_n_steps=10, sync_cuda=True)
-    (mon,) = build_callbacks(cfg, tmp_path, profile=False)
+    (mon,) = monitor_callbacks(cfg, tmp_path, profile=False)
     _fit(tmp_path, [mon], steps=60)
     stats = json.loads((tmp_path / "monitor/step_stats.json").read_text())
     assert stats["sampler"] in ("pynvml", "nvidia-smi", "amdsmi", "torch.cuda.mem_get_info")
@@ -76,7 +76,7 @@ def test_profiler_gpu_kernels(tmp_path: Path) -> None:
     cfg = MonitorConfig(
         enabled=False, profiler_wait_steps=2, profiler_warmup_steps=1, profiler_active_steps=3
     )
-    _fit(tmp_path, build_callbacks(cfg, tmp_path, profile=True), steps=10)
+    _fit(tmp_path, monitor_callbacks(cfg, tmp_path, profile=True), steps=10)
     md = (tmp_path / "profile/top_kernels_rank0.md").read_text()
     assert "| kernel |" in md and "device time" in md
     assert len([ln for ln in md.splitlines() if ln.startswith("| 1 |")]) == 1
@@ -91,7 +91,7 @@ def test_step_timeline_counts_a_sync() -> None:
     known-length kernel is within the step."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from rocmtrain.diagnostics.profiling import step_timeline
+    from rocmtrain.callbacks.profiling import step_timeline
 
     x = torch.randn(4096, 4096, device="cuda")
     got: list = []
@@ -117,7 +117,7 @@ def test_top_kernels_add_up_with_a_cuda_graph_replay_inside_a_range() -> None:
     step sum to at least the union of its device time (equal when nothing overlaps)."""
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-    from rocmtrain.diagnostics.profiling import step_timeline, top_table
+    from rocmtrain.callbacks.profiling import step_timeline, top_table
 
     x = torch.randn(2048, 2048, device="cuda")
     g = torch.cuda.CUDAGraph()

@@ -7,24 +7,13 @@ F = 3 tables of D = 8 (rows 50/40/30, never looked up: the tests feed pooled emb
 from __future__ import annotations
 
 import torch
-
-from rocmtrain.config.model import ModelConfig
+from tiny_config import tiny_model_config
 
 F, D = 3, 8
 
 
-def small_cfg(interaction: str = "dcn", **kw) -> ModelConfig:
-    """The small model's config; ``kw`` overrides any field (``dcn_num_layers`` defaults to 3)."""
-    fields = dict(
-        num_embeddings_per_feature=[50, 40, 30],
-        embedding_dim=D,
-        dense_arch_layer_sizes=[16, D],
-        over_arch_layer_sizes=[16, 1],
-        interaction=interaction,
-        dcn_num_layers=3,
-        dcn_low_rank_dim=6,
-    )
-    return ModelConfig(**{**fields, **kw})
+#: the shared tiny model (tests/tiny_config.py), under the name these tests use
+small_cfg = tiny_model_config
 
 
 def dense_forward(model, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:

@@ -8,22 +8,14 @@ and keep TorchRec's parameter names (checkpoints and sharding plans do not chang
 from __future__ import annotations
 
 import torch
+from tiny_config import tiny_model_config
 
 from rocmtrain.config.model import ModelConfig
 from rocmtrain.models.dlrm import build_dlrm
 
 
 def _cfg(compile_interaction: bool) -> ModelConfig:
-    return ModelConfig(
-        num_embeddings_per_feature=[50, 40, 30],
-        embedding_dim=8,
-        dense_arch_layer_sizes=[16, 8],
-        over_arch_layer_sizes=[16, 1],
-        interaction="dcn",
-        dcn_num_layers=3,
-        dcn_low_rank_dim=6,
-        compile_interaction=compile_interaction,
-    )
+    return tiny_model_config("dcn", compile_interaction=compile_interaction)
 
 
 def _reference(crossnet: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -30,11 +30,11 @@ def test_loss_reaches_the_logger_without_a_sync_per_step(tmp_path, monkeypatch):
     from pytorch_lightning.trainer.connectors.logger_connector import result
 
     import rocmtrain
+    from rocmtrain.callbacks.progress import HostMetricsProgressBar
     from rocmtrain.config.data import DataConfig
     from rocmtrain.config.model import ModelConfig
     from rocmtrain.data import build_datamodule
     from rocmtrain.models.module import DLRMModule
-    from rocmtrain.progress import HostMetricsProgressBar
 
     converted_at: list[int] = []
     original = result.convert_tensors_to_scalars

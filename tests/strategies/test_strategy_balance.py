@@ -166,8 +166,8 @@ def test_dry_run_prints_the_imbalance_before_and_after(devices, capsys):
 
     from hydra import compose, initialize_config_dir
 
-    from rocmtrain.cli import print_plan
     from rocmtrain.config.schema import configs_dir, register_configs, to_run_config
+    from rocmtrain.dry_run import print_plan
 
     register_configs()
     overrides = [
@@ -194,28 +194,23 @@ def test_dry_run_prints_the_imbalance_before_and_after(devices, capsys):
 def _train_balanced(rank: int, root: str, world: int):
     import pytorch_lightning as pl
     import torch
+    from tiny_config import tiny_run_config
 
-    from rocmtrain.config.data import DataConfig
-    from rocmtrain.config.schema import RunConfig
     from rocmtrain.data import build_datamodule
     from rocmtrain.models.module import DLRMModule
     from rocmtrain.strategies.balance import is_balanced, plan_cost, table_specs
     from rocmtrain.train import build_trainer
 
-    cfg = RunConfig(run_dir=str(Path(root) / "run"))
-    cfg.model = _model_cfg()
-    cfg.data = DataConfig(kind="synthetic", batch_size=32, num_train_batches=4, num_val_batches=1)
-    cfg.checkpoint.enabled = False
-    cfg.trainer = dataclasses.replace(
-        cfg.trainer,
+    cfg = tiny_run_config(
+        Path(root) / "run",
+        train_batches=4,
+        sharding_type=None,  # the balancer picks per table
         devices=world,
         max_epochs=1,
-        progress_bar=False,
-        log_every_n_steps=1,
         num_sanity_val_steps=0,
     )
-    cfg.watchdog.enabled = False
-    cfg.monitor.enabled = False
+    cfg.model = _model_cfg()
+    cfg.checkpoint.enabled = False
     cfg.strategy.balance = "auto"
     pl.seed_everything(cfg.seed, verbose=False)
     m = cfg.model

@@ -42,28 +42,17 @@ def _write_rows(folder: Path) -> None:
 
 
 def _cfg(run_dir: Path, data: Path, sharding: str, world: int):
-    from rocmtrain.config.data import DataConfig
-    from rocmtrain.config.schema import RunConfig
+    from tiny_config import TINY_ROWS, tiny_run_config
 
-    cfg = RunConfig(run_dir=str(run_dir))
-    cfg.model = dataclasses.replace(
-        cfg.model,
-        num_embeddings_per_feature=TABLES,
-        dense_arch_layer_sizes=[16, 16],
-        over_arch_layer_sizes=[16, 1],
-        embedding_optimizer="rowwise_adagrad",
-    )
+    from rocmtrain.config.data import DataConfig
+
+    assert list(TINY_ROWS) == TABLES  # _write_rows draws the ids for these tables
+    cfg = tiny_run_config(run_dir, sharding_type=sharding, max_epochs=1, devices=world)
+    cfg.model = dataclasses.replace(cfg.model, embedding_optimizer="rowwise_adagrad")
     cfg.data = DataConfig(
         kind="criteo_npy", path=str(data), batch_size=BATCH, val_fraction=0.0, drop_last=False
     )
-    cfg.checkpoint.dir = str(run_dir / "checkpoints")
     cfg.checkpoint.every_n_train_steps = STEPS
-    cfg.trainer = dataclasses.replace(
-        cfg.trainer, max_epochs=1, progress_bar=False, log_every_n_steps=1, devices=world
-    )
-    cfg.watchdog.enabled = False
-    cfg.monitor.enabled = False
-    cfg.strategy.sharding_type = sharding
     # FBGEMM (the default) writes; on CPU row-wise shards need rocmtrain's torch kernel, so that
     # resume also moves the fused optimizer state from one kernel to the other (as from a CUDA
     # machine's FBGEMM to a ROCm machine's triton kernel, which shares the torch kernel's state)

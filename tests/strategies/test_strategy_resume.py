@@ -11,7 +11,6 @@ look-ahead is not saved as consumed).
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -23,27 +22,12 @@ BATCHES = 6  # per rank per epoch
 
 
 def _cfg(run_dir: Path, **trainer):
-    from rocmtrain.config.data import DataConfig
-    from rocmtrain.config.schema import RunConfig
+    """The tiny run, 2 epochs of BATCHES steps, a checkpoint every 4 steps."""
+    from tiny_config import tiny_run_config
 
-    cfg = RunConfig(run_dir=str(run_dir))
-    cfg.model = dataclasses.replace(
-        cfg.model,
-        num_embeddings_per_feature=[300, 200, 100, 50],
-        dense_arch_layer_sizes=[16, 16],
-        over_arch_layer_sizes=[16, 1],
-    )
-    cfg.data = DataConfig(
-        kind="synthetic", batch_size=32, num_train_batches=BATCHES, num_val_batches=2
-    )
-    cfg.checkpoint.dir = str(run_dir / "checkpoints")
+    trainer = {"max_epochs": 2, **trainer}
+    cfg = tiny_run_config(run_dir, train_batches=BATCHES, val_batches=2, **trainer)
     cfg.checkpoint.every_n_train_steps = 4
-    cfg.trainer = dataclasses.replace(
-        cfg.trainer, max_epochs=2, progress_bar=False, log_every_n_steps=1, **trainer
-    )
-    cfg.watchdog.enabled = False
-    cfg.monitor.enabled = False
-    cfg.strategy.sharding_type = "table_wise"
     return cfg
 
 

@@ -15,7 +15,6 @@ synchronous ones after step 0, and it must learn the planted signal.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -25,31 +24,18 @@ BATCHES = 16
 
 
 def _cfg(run_dir: Path, pipeline: str):
-    from rocmtrain.config.data import DataConfig
-    from rocmtrain.config.schema import RunConfig
+    """The tiny run, one epoch of BATCHES steps of 64, no validation and no checkpoints."""
+    from tiny_config import tiny_run_config
 
-    cfg = RunConfig(run_dir=str(run_dir))
-    cfg.model = dataclasses.replace(
-        cfg.model,
-        num_embeddings_per_feature=[300, 200, 100, 50],
-        dense_arch_layer_sizes=[16, 16],
-        over_arch_layer_sizes=[16, 1],
-    )
-    cfg.data = DataConfig(
-        kind="synthetic", batch_size=64, num_train_batches=BATCHES, num_val_batches=1
-    )
-    cfg.checkpoint.enabled = False
-    cfg.trainer = dataclasses.replace(
-        cfg.trainer,
+    cfg = tiny_run_config(
+        run_dir,
+        batch_size=64,
+        train_batches=BATCHES,
         max_epochs=1,
-        progress_bar=False,
-        log_every_n_steps=1,
         num_sanity_val_steps=0,
         limit_val_batches=0,
     )
-    cfg.watchdog.enabled = False
-    cfg.monitor.enabled = False
-    cfg.strategy.sharding_type = "table_wise"
+    cfg.checkpoint.enabled = False
     cfg.strategy.pipeline = pipeline
     return cfg
 

@@ -131,7 +131,7 @@ def gather_gpu_facts(inputs: Inputs) -> GpuFacts:
     ordered = [cli[k] for k in ("rocminfo", "amd-smi", "rocm-smi", "nvidia-smi") if k in cli]
     devices = sources.merge_devices(torch_devs, library, *ordered)
     if inputs.live and platform.has_gpu():
-        backend = platform.backend()
+        backend = platform.runtime()
     elif any(_is_amd(d) for d in devices):
         backend = "rocm"
     elif "nvidia-smi" in cli and cli["nvidia-smi"]:

@@ -19,9 +19,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from rocmtrain.callbacks import monitor_callbacks
+from rocmtrain.callbacks.monitor import DeviceMonitor, step_time_stats
+from rocmtrain.callbacks.profiling import ProfilerCallback
 from rocmtrain.config.monitor import MonitorConfig
-from rocmtrain.diagnostics.monitor import DeviceMonitor, build_callbacks, step_time_stats
-from rocmtrain.diagnostics.profiling import ProfilerCallback
 
 SLEEP_S = 0.008
 
@@ -82,14 +83,14 @@ def test_step_time_stats_against_numpy() -> None:
 
 def test_monitor_in_cpu_fit(tmp_path: Path, caplog) -> None:
     cfg = MonitorConfig(log_every_n_steps=5, warmup_steps=2, interval_seconds=0.05)
-    callbacks = build_callbacks(cfg, tmp_path, profile=False)
+    callbacks = monitor_callbacks(cfg, tmp_path, profile=False)
     (mon,) = callbacks
     assert isinstance(mon, DeviceMonitor)
     probe = Probe()
-    with caplog.at_level(logging.INFO, logger="rocmtrain.diagnostics.monitor"):
+    with caplog.at_level(logging.INFO, logger="rocmtrain.callbacks.monitor"):
         _fit(tmp_path, [probe, mon], steps=20)  # probe brackets the same span as the monitor
     # CPU: exactly one info line announces the CPU run; the end-of-run summary line follows
-    recs = [r for r in caplog.records if r.name == "rocmtrain.diagnostics.monitor"]
+    recs = [r for r in caplog.records if r.name == "rocmtrain.callbacks.monitor"]
     assert "no GPU visible" in recs[0].getMessage()
     assert sum("no GPU" in r.getMessage() for r in recs) == 1
 
@@ -128,7 +129,7 @@ def test_profiler_window_in_cpu_fit(tmp_path: Path) -> None:
     # CPU time is tiny, so in a top 25 by self time it comes and goes with the machine's load)
     cfg = MonitorConfig(enabled=False, profiler_wait_steps=1, profiler_warmup_steps=1,
                         profiler_active_steps=3, profiler_top_k=500)  # fmt: skip
-    (prof,) = build_callbacks(cfg, tmp_path, profile=True)
+    (prof,) = monitor_callbacks(cfg, tmp_path, profile=True)
     assert isinstance(prof, ProfilerCallback)
     _fit(tmp_path, [prof], steps=8)
     trace = json.loads((tmp_path / "profile/trace_rank0.json").read_text())
@@ -154,7 +155,7 @@ def test_profiler_window_in_cpu_fit(tmp_path: Path) -> None:
 
 
 def test_union_of_intervals() -> None:
-    from rocmtrain.diagnostics.profiling import _union_ms
+    from rocmtrain.callbacks.profiling import _union_ms
 
     # overlapping streams count once; nested and disjoint intervals; microseconds in, ms out
     assert _union_ms([(0, 1000), (500, 1500), (600, 700), (3000, 4000)]) == pytest.approx(2.5)
@@ -163,7 +164,7 @@ def test_union_of_intervals() -> None:
 
 def test_profiler_window_not_reached(tmp_path: Path) -> None:
     cfg = MonitorConfig(enabled=False, profiler_wait_steps=10)
-    (prof,) = build_callbacks(cfg, tmp_path, profile=True)
+    (prof,) = monitor_callbacks(cfg, tmp_path, profile=True)
     _fit(tmp_path, [prof], steps=3)
     note = (tmp_path / "profile/NOT_PROFILED_rank0.txt").read_text()
     assert "3 step(s)" in note and "profiler_wait_steps" in note
@@ -181,7 +182,7 @@ def test_headroom_warning_once_per_device(tmp_path: Path, caplog) -> None:
 
     total = 201310208 * 1024  # MI300X VRAM from the recorded rocminfo
     mon = DeviceMonitor(MonitorConfig(memory_headroom_fraction=0.10), tmp_path)
-    with caplog.at_level(logging.WARNING, logger="rocmtrain.diagnostics.monitor"):
+    with caplog.at_level(logging.WARNING, logger="rocmtrain.callbacks.monitor"):
         mon._check_headroom(
             0, Sample(0.0, 0, mem_used_bytes=int(total * 0.80), mem_total_bytes=total)
         )

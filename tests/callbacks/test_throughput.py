@@ -1,17 +1,14 @@
 """ThroughputCallback in a real (CPU) Lightning fit: windows, warm-up, epochs, throughput.json."""
 
 import json
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "bench"))
-from rocmtrain.throughput import ThroughputCallback  # noqa: E402
+from rocmtrain.callbacks.throughput import ThroughputCallback
 
 
 @dataclass
@@ -64,7 +61,7 @@ def test_windows_after_warmup_per_epoch_and_json(tmp_path):
 
 
 def test_window_clock_rejects_an_unknown_mode(monkeypatch):
-    from rocmtrain.throughput import WindowClock
+    from rocmtrain.callbacks.throughput import WindowClock
 
     monkeypatch.setenv("E2E_CLOCK", "wall")
     with pytest.raises(ValueError, match="E2E_CLOCK='wall'"):
@@ -81,7 +78,7 @@ def test_window_clock_times_gpu_work_without_a_host_sync(monkeypatch):
     between them, within the host's view of it."""
     import time
 
-    from rocmtrain.throughput import WindowClock
+    from rocmtrain.callbacks.throughput import WindowClock
 
     dev = torch.device("cuda")
 

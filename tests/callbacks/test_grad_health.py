@@ -12,8 +12,8 @@ import torch
 from pytorch_lightning.loggers import CSVLogger
 from torch import nn
 
+from rocmtrain.callbacks.grad_health import UNCHECKED, GradHealthCallback, grad_norms
 from rocmtrain.config.precision import GradHealthConfig
-from rocmtrain.precision.grad_health import UNCHECKED, GradHealthCallback, grad_norms
 
 NAN_STEP = 3
 

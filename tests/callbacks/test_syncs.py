@@ -12,9 +12,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from rocmtrain.callbacks import monitor_callbacks
+from rocmtrain.callbacks.syncs import SYNC_WARNING, SyncRecorder, SyncReportCallback
 from rocmtrain.config.monitor import MonitorConfig
-from rocmtrain.diagnostics.monitor import build_callbacks
-from rocmtrain.diagnostics.syncs import SYNC_WARNING, SyncRecorder, SyncReportCallback
 
 
 def _sync_here() -> None:
@@ -50,7 +50,7 @@ def test_recorder_groups_call_sites_and_passes_other_warnings_on() -> None:
 
 def test_sync_report_on_cpu_says_it_did_nothing(tmp_path: Path) -> None:
     cfg = MonitorConfig(enabled=False, sync_report_steps=2)
-    (cb,) = build_callbacks(cfg, tmp_path, profile=False)
+    (cb,) = monitor_callbacks(cfg, tmp_path, profile=False)
     assert isinstance(cb, SyncReportCallback)
     ds = TensorDataset(torch.randn(64, 4), torch.randn(64))
     trainer = pl.Trainer(
@@ -92,7 +92,7 @@ def test_sync_report_finds_item_in_training_step(tmp_path: Path) -> None:
     ds = TensorDataset(torch.randn(10 * 64, 256), torch.randn(10 * 64))
     trainer = pl.Trainer(
         max_steps=10, accelerator="gpu", devices=1, logger=False,
-        callbacks=build_callbacks(cfg, tmp_path, profile=False),
+        callbacks=monitor_callbacks(cfg, tmp_path, profile=False),
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
     )  # fmt: skip
     trainer.fit(_Tiny(256, item_every_step=True), DataLoader(ds, batch_size=64))

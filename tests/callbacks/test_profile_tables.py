@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch.autograd import DeviceType
 from torch.autograd.profiler_util import FunctionEvent
 
-from rocmtrain.diagnostics.profiling import _kernel_rows, device_work, step_timeline
+from rocmtrain.callbacks.profiling import _kernel_rows, device_work, step_timeline
 
 
 def _ev(i: int, name: str, a: float, b: float, *, dev: bool, range_: bool = False) -> FunctionEvent:
