@@ -87,6 +87,7 @@ def as_config(value: Any, cls: type[T], *, field: str, group: str | None = None)
 
 
 def _validate(obj: Any) -> None:
+    # a dataclass validates itself in __post_init__; an instance may have been edited since
     check = getattr(obj, "validate", None)
     if callable(check):
         check()

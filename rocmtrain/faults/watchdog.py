@@ -500,12 +500,13 @@ def build_callbacks(
     timeout), ``PreemptionCallback`` (SIGTERM/SIGUSR1 → checkpoint → exit 75). Accepts the typed
     configs or their OmegaConf ``DictConfig`` form.
     """
+    from rocmtrain.config.convert import as_config
     from rocmtrain.faults.hints import ErrorHintCallback
     from rocmtrain.faults.preemption import PreemptionCallback
     from rocmtrain.faults.timeouts import TwoPhaseTimeoutCallback
 
-    cfg = _typed(watchdog_cfg, WatchdogConfig)
-    rccl = _typed(rccl_cfg, RcclConfig) if rccl_cfg is not None else RcclConfig()
+    cfg = as_config(watchdog_cfg, WatchdogConfig, field="watchdog", group="watchdog")
+    rccl = as_config(rccl_cfg, RcclConfig, field="rccl", group="rccl")
     run_dir = Path(run_dir)
     callbacks: list[pl.Callback] = []
     if cfg.error_hints:
@@ -523,15 +524,3 @@ def build_callbacks(
     if cfg.preemption:
         callbacks.append(PreemptionCallback(cfg, run_dir))
     return callbacks
-
-
-def _typed(cfg: Any, cls: type) -> Any:
-    if isinstance(cfg, cls):
-        cfg.validate() if hasattr(cfg, "validate") else None
-        return cfg
-    from omegaconf import OmegaConf
-
-    obj = OmegaConf.to_object(cfg) if OmegaConf.is_config(cfg) else cls(**dict(cfg))
-    if not isinstance(obj, cls):
-        obj = cls(**{k: v for k, v in vars(obj).items()})
-    return obj
