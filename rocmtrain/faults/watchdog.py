@@ -258,7 +258,7 @@ class Watchdog:
                 grace = min(self.current_timeout(), max(30.0, 3 * self.cfg.poll_interval_seconds))
                 if now - self._kv_error_since > grace:
                     self._local_exit(
-                        "store_lost", f"heartbeat channel failing for {grace:.0f} s: {e}"
+                        STORE_LOST.name, f"heartbeat channel failing for {grace:.0f} s: {e}"
                     )
 
     def _tick(self) -> None:
