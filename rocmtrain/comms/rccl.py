@@ -338,3 +338,31 @@ def apply_rccl_config(
     ):
         Path(prefix).parent.mkdir(parents=True, exist_ok=True)
     return changes
+
+
+class CollectiveEnv:
+    """The collective environment of one run: applied before the process group exists,
+    restored when the run ends (every change and its undo go through :func:`apply_env`)."""
+
+    def __init__(self, cfg: RcclConfig) -> None:
+        self.cfg = cfg
+        self.changes: dict[str, tuple[str | None, str | None]] = {}
+        """``{NAME: (before, after)}`` of what :meth:`apply` changed and :meth:`restore` undoes."""
+
+    def apply(self, run_dir: str | os.PathLike[str] | None) -> None:
+        """Check the environment and set the config's variables (logged ``NAME: old -> new``)."""
+        from rocmtrain.config import ConfigError
+
+        try:
+            self.changes = apply_rccl_config(self.cfg, run_dir=run_dir)
+        except ConfigError:
+            raise
+        except ValueError as exc:  # an unusable value the user exported
+            raise ConfigError("rccl", "(environment)", str(exc)) from exc
+
+    def restore(self) -> None:
+        """Put back what :meth:`apply` changed."""
+        if self.changes:
+            old = {name: before for name, (before, _) in self.changes.items()}
+            apply_env(old, force=True, source="teardown")
+            self.changes = {}
