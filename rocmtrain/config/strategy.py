@@ -113,6 +113,10 @@ START_METHODS = ("popen", "spawn")
 
 def check_strategy_arguments(
     *,
+    sharding_type: object,
+    kernel: object,
+    pipeline: object,
+    balance: object,
     per_table_sharding: object,
     planner_batch_size: object,
     semi_sync_start_batch: object,
@@ -130,6 +134,10 @@ def check_strategy_arguments(
     import os
     from collections.abc import Mapping
 
+    check_choice("sharding_type", sharding_type, SHARDING_TYPES)
+    check_choice("kernel", kernel, KERNELS)
+    check_choice("pipeline", pipeline, PIPELINES)
+    check_choice("balance", balance, BALANCE_MODES)
     check_per_table_sharding("per_table_sharding", per_table_sharding)
     for name, value in (
         ("pooling_factors", pooling_factors),

@@ -29,8 +29,9 @@ Without Lightning::
             wd.beat("backward"); loss.backward()
             wd.step_done()
 
-With Lightning: :func:`build_callbacks` (heartbeats in the hooks, two-phase timeouts, preemption,
-error hints). Design notes and the report format: ``rocmtrain/faults/HANGS.md``.
+With ``TorchRecStrategy``: nothing to add, the strategy drives a
+:class:`rocmtrain.faults.guard.FaultGuard`. With another Lightning strategy: :func:`build_callbacks`
+(heartbeats in the hooks, two-phase timeouts, preemption, error hints). Design notes and the report format: ``rocmtrain/faults/HANGS.md``.
 """
 
 from __future__ import annotations

@@ -101,3 +101,23 @@ def _set_kernel_step(optimizer: Any, step: int) -> None:
         optimizer.set_optimizer_step(step)
     for _, inner in getattr(optimizer, "optimizers", ()):
         _set_kernel_step(inner, step)
+
+
+_MOVED_INTO_STRATEGY = ("ShardedCheckpointMixin",)
+
+
+def __getattr__(name: str) -> object:
+    # The strategy was one class over mixins; their methods are now TorchRecStrategy's own.
+    if name in _MOVED_INTO_STRATEGY:
+        import warnings
+
+        from rocmtrain.strategies.torchrec import TorchRecStrategy
+
+        warnings.warn(
+            f"{__name__}.{name} is deprecated: TorchRecStrategy is one class now; subclass or "
+            "use rocmtrain.TorchRecStrategy instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return TorchRecStrategy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

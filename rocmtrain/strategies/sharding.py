@@ -205,3 +205,23 @@ def planner_batch(settings: PlanSettings, trainer: pl.Trainer | None, module: An
         DEFAULT_PLANNER_BATCH,
     )
     return DEFAULT_PLANNER_BATCH
+
+
+_MOVED_INTO_STRATEGY = ("ShardingPlanMixin",)
+
+
+def __getattr__(name: str) -> object:
+    # The strategy was one class over mixins; their methods are now TorchRecStrategy's own.
+    if name in _MOVED_INTO_STRATEGY:
+        import warnings
+
+        from rocmtrain.strategies.torchrec import TorchRecStrategy
+
+        warnings.warn(
+            f"{__name__}.{name} is deprecated: TorchRecStrategy is one class now; subclass or "
+            "use rocmtrain.TorchRecStrategy instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return TorchRecStrategy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

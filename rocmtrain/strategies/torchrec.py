@@ -16,40 +16,7 @@ Registered names: ``torchrec`` (planner's choice), ``torchrec_table_wise``, ``to
 ``torchrec_data_parallel``; ``*_spawn`` variants start ranks with ``torch.multiprocessing`` spawn.
 ``python -m rocmtrain`` builds exactly this strategy from its config (:meth:`from_config`).
 
-What it does, in Lightning's hook order:
-
-1. ``setup_environment`` (:mod:`rocmtrain.strategies.lifecycle`): rendezvous checks
-   (``MASTER_ADDR`` resolves, the port is free on the store host), device/NUMA binding, the
-   RCCL/NCCL environment (:class:`rocmtrain.comms.rccl.CollectiveEnv`: invented knobs warned
-   with the real one named; each change logged ``NAME: old -> new``), all BEFORE
-   ``init_process_group``, whose wait for peers is bounded by ``rccl.init_timeout_seconds``.
-   The run-time protection is one object the strategy owns and drives from its own hooks
-   (:class:`rocmtrain.faults.guard.FaultGuard`; the trainer's callbacks stay the user's): error
-   hints, the hang watchdog (exit 75 naming the stuck rank), the two-phase process-group timeout
-   (short after step 1) and preemption (SIGTERM/SIGUSR1 → checkpoint at the same step on every
-   rank → exit 75).
-2. ``setup`` → ``_setup_model``: the LightningModule (its EmbeddingBagCollections on the meta
-   device) is wrapped in ``DistributedModelParallel``: :meth:`plan_for` (the same plan the dry
-   run prints; :func:`rocmtrain.strategies.sharding.plan_for`) shards every table, the shards materialise
-   on this rank, the embedding optimizer is fused into the backward
-   (``apply_optimizer_in_backward`` in the module, or ``fused_params``), and DDP wraps the dense
-   rest (``ddp_kwargs``: bucket size, static graph ...).
-3. Checkpoints: ``save_checkpoint``/``load_checkpoint`` call
-   :func:`~rocmtrain.strategies.checkpointing.save_sharded_checkpoint` and its ``load`` twin, which
-   write/read sharded state with ``torch.distributed.checkpoint`` into an atomic folder
-   (``rocmtrain.checkpoint``).
-4. ``teardown``: the guard finishes (peers stop waiting, signal handlers go back) and the
-   environment variables it set are restored.
-
-Input pipelining (``pipeline="sparse_dist"``, or ``auto`` on a GPU): batch i+1 is copied to the
-device and its sparse input all-to-all runs on side streams while batch i computes, for any
-LightningModule with a plain ``training_step(self, batch, batch_idx)`` — nothing to change in the
-module (:mod:`rocmtrain.strategies.input_pipeline`). ``pipeline="semi_sync"`` (one step stale
-embeddings) is TorchRec's own ``TrainPipelineSemiSync``, which owns the data iterator: a module
-drives it through :meth:`make_train_pipeline` (``calls_model_itself = True``, e.g.
-``rocmtrain.models.module.PipelinedDLRMModule``). Either way the all-to-all's output permutation
-is built once per shape instead of once per batch (:mod:`rocmtrain.strategies.recat_cache`), so the
-sparse input dist makes no host sync per step.
+What it does in each of Lightning's hooks: ``STRATEGY.md`` beside this module.
 """
 
 from __future__ import annotations
@@ -75,13 +42,7 @@ from rocmtrain.comms.rccl import CollectiveEnv
 from rocmtrain.config import ConfigError, check_choice
 from rocmtrain.config.convert import as_config
 from rocmtrain.config.rccl import RcclConfig
-from rocmtrain.config.strategy import (
-    BALANCE_MODES,
-    KERNELS,
-    PIPELINES,
-    SHARDING_TYPES,
-    check_strategy_arguments,
-)
+from rocmtrain.config.strategy import KERNELS, check_strategy_arguments
 from rocmtrain.config.watchdog import WatchdogConfig
 from rocmtrain.faults.guard import FaultGuard
 from rocmtrain.strategies import checkpointing, lifecycle, sharding
@@ -94,6 +55,8 @@ if TYPE_CHECKING:  # torchrec is imported when a model is set up, not on `import
     from rocmtrain.strategies.balance import BalanceReport
 
 log = logging.getLogger(__name__)
+
+__all__ = ["KERNELS", "REGISTERED", "TorchRecStrategy"]  # KERNELS: declared in config.strategy
 
 #: registered name -> (sharding_type, start_method)
 REGISTERED: dict[str, tuple[str, str]] = {
@@ -180,11 +143,11 @@ class TorchRecStrategy(DDPStrategy):
         process_group_backend: str | None = None,
         start_method: str = "popen",
     ) -> None:
-        check_choice("sharding_type", sharding_type, SHARDING_TYPES)
-        check_choice("kernel", kernel, KERNELS)
-        check_choice("pipeline", pipeline, PIPELINES)
-        check_choice("balance", balance, BALANCE_MODES)
         check_strategy_arguments(
+            sharding_type=sharding_type,
+            kernel=kernel,
+            pipeline=pipeline,
+            balance=balance,
             per_table_sharding=per_table_sharding,
             planner_batch_size=planner_batch_size,
             semi_sync_start_batch=semi_sync_start_batch,
