@@ -291,9 +291,13 @@ class Preemption:
             if self.received == signal.SIGINT:  # that was the first Ctrl-C: the next one is now
                 signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    def at_step_boundary(self, trainer: pl.Trainer) -> None:
+    def at_step_boundary(self, trainer: pl.Trainer, *, log_step_metrics: bool = False) -> None:
         """Collective every ``preemption_check_every_n_steps``: when any rank was signalled, all
-        save one checkpoint at this step and leave with the requeue (or interrupt) code."""
+        save one checkpoint at this step and leave with the requeue (or interrupt) code.
+
+        ``log_step_metrics``: called from ``on_train_batch_end``, before Lightning has logged
+        this step's metrics (they are logged first, so the run's metrics end with the step the
+        checkpoint contains); after the step's hooks they are logged already."""
         if trainer.global_step % self._every:
             return
         verdict = self._agree(trainer)
@@ -317,10 +321,9 @@ class Preemption:
                 file=sys.stderr,
                 flush=True,
             )
-        # Lightning logs a step's metrics only after every on_train_batch_end hook; log them now
-        # so the run's metrics end with the step the checkpoint contains (private API, best effort)
-        with contextlib.suppress(Exception):
-            trainer._logger_connector.update_train_step_metrics()
+        if log_step_metrics:  # private API, best effort
+            with contextlib.suppress(Exception):
+                trainer._logger_connector.update_train_step_metrics()
         raise SystemExit(code)
 
     def _agree(self, trainer: pl.Trainer) -> int:
@@ -376,7 +379,7 @@ class PreemptionCallback(pl.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        self.preemption.at_step_boundary(trainer)
+        self.preemption.at_step_boundary(trainer, log_step_metrics=True)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.preemption.restore()
