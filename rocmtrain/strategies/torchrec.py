@@ -389,7 +389,6 @@ class TorchRecStrategy(DDPStrategy):
     @override
     def _setup_model(self, model: nn.Module) -> DistributedModelParallel:
         from torchrec.distributed import DistributedModelParallel
-        from torchrec.distributed.model_parallel import DefaultDataParallelWrapper
         from torchrec.distributed.types import ShardingEnv
 
         from rocmtrain.strategies.planning import describe_plan
@@ -411,17 +410,23 @@ class TorchRecStrategy(DDPStrategy):
                 lines = "\n".join(self._balance_report.lines())
                 log.info("sharding plan cost per rank:\n%s", lines)
         self._plan = plan
-        ddp = dict(self._dmp_ddp_kwargs)
-        direct = {k: ddp.pop(k) for k in _DDP_WRAPPER_KEYS if k in ddp}
         self._dmp = DistributedModelParallel(
             model,
             env=ShardingEnv.from_process_group(pg),
             device=self.root_device,
             plan=plan,
             sharders=self._sharders(),
-            data_parallel_wrapper=DefaultDataParallelWrapper(**direct, ddp_kwargs=ddp or None),
+            data_parallel_wrapper=self._data_parallel_wrapper(),
         )
         return self._dmp
+
+    def _data_parallel_wrapper(self) -> Any:
+        """TorchRec's DDP wrapper of the dense part, with ``ddp_kwargs``."""
+        from torchrec.distributed.model_parallel import DefaultDataParallelWrapper
+
+        ddp = dict(self._dmp_ddp_kwargs)
+        direct = {k: ddp.pop(k) for k in _DDP_WRAPPER_KEYS if k in ddp}
+        return DefaultDataParallelWrapper(**direct, ddp_kwargs=ddp or None)
 
     @property
     def dmp(self) -> DistributedModelParallel:
