@@ -10,8 +10,8 @@ run the same code):
 
 Rules: a field left ``None`` sets nothing (RCCL keeps its own tuning; ``NCCL_PROTO``/``NCCL_ALGO`` narrow
 the tuner's choices, so they belong in a preset only when a sweep measured a gain); a value the user
-already exported wins unless ``cfg.force``; an invalid value (``protocol="LL64"``) raises ``ValueError``
-naming the field, the value and the allowed set before anything is launched; version-gated knobs are
+already exported wins unless ``cfg.force``; an invalid value (``protocol="LL64"``) raises ``ConfigError``
+naming the field, the value and the allowed set when the config is constructed; version-gated knobs are
 skipped with a warning when the running RCCL, ROCm or PyTorch does not read them (the gates live in
 :mod:`rocmtrain.comms.registry`); ``~/.rccl.conf`` and ``/etc/rccl.conf`` are reported because RCCL
 reads them too. The flight-recorder variables use the names the running PyTorch reads: ``TORCH_FR_*``
@@ -23,59 +23,22 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rocmtrain import platform
 from rocmtrain.comms import registry
 from rocmtrain.comms.env import apply_env
-from rocmtrain.config.rccl import RcclConfig
+from rocmtrain.config.convert import as_config
+from rocmtrain.config.rccl import RcclConfig, env_fields
 
 log = logging.getLogger(__name__)
 
-#: RcclConfig field → env var (NCCL/RCCL/HIP side, what rccl-tests also understands)
-COLLECTIVE_FIELDS: dict[str, str] = {
-    "protocol": "NCCL_PROTO",
-    "algorithm": "NCCL_ALGO",
-    "override_protocol": "RCCL_OVERRIDE_PROTO",
-    "override_algorithm": "RCCL_OVERRIDE_ALGO",
-    "ll128_force_enable": "RCCL_LL128_FORCE_ENABLE",
-    "min_channels": "NCCL_MIN_NCHANNELS",
-    "max_channels": "NCCL_MAX_NCHANNELS",
-    "buffsize_bytes": "NCCL_BUFFSIZE",
-    "ll_buffsize_bytes": "NCCL_LL_BUFFSIZE",
-    "ll128_buffsize_bytes": "NCCL_LL128_BUFFSIZE",
-    "p2p_ll_threshold_bytes": "NCCL_P2P_LL_THRESHOLD",
-    "p2p_net_threshold_bytes": "RCCL_P2P_NET_THRESHOLD",
-    "intranet_threshold_bytes": "RCCL_INTRANET_THRESHOLD",
-    "msccl_enable": "RCCL_MSCCL_ENABLE",
-    "mscclpp_enable": "RCCL_MSCCLPP_ENABLE",
-    "cumem_enable": "NCCL_CUMEM_ENABLE",
-    "ib_hca": "NCCL_IB_HCA",
-    "ib_gid_index": "NCCL_IB_GID_INDEX",
-    "ib_timeout": "NCCL_IB_TIMEOUT",
-    "ib_retry_cnt": "NCCL_IB_RETRY_CNT",
-    "socket_ifname": "NCCL_SOCKET_IFNAME",
-    "net_gdr_level": "NCCL_NET_GDR_LEVEL",
-    "cross_nic": "NCCL_CROSS_NIC",
-    "debug": "NCCL_DEBUG",
-    "debug_subsys": "NCCL_DEBUG_SUBSYS",
-    "debug_file": "NCCL_DEBUG_FILE",
-    "gpu_max_hw_queues": "GPU_MAX_HW_QUEUES",
-}
-#: RcclConfig field → env var (PyTorch ProcessGroupNCCL side)
-PG_FIELDS: dict[str, str] = {
-    "high_priority_streams": "TORCH_NCCL_HIGH_PRIORITY",
-    "async_error_handling": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-    "blocking_wait": "TORCH_NCCL_BLOCKING_WAIT",
-    "enable_monitoring": "TORCH_NCCL_ENABLE_MONITORING",
-    "heartbeat_timeout_seconds": "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
-    "desync_debug": "TORCH_NCCL_DESYNC_DEBUG",
-    "flight_recorder_entries": "TORCH_FR_BUFFER_SIZE",
-    "dump_on_timeout": "TORCH_NCCL_DUMP_ON_TIMEOUT",
-    "flight_recorder_dump_prefix": "TORCH_FR_DUMP_TEMP_FILE",
-}
+#: RcclConfig field → env var, derived from the fields' ``knob(...)`` declarations: the
+#: NCCL/RCCL/HIP side (what rccl-tests also understands) and the PyTorch ProcessGroupNCCL side
+COLLECTIVE_FIELDS: dict[str, str] = env_fields("collective")
+PG_FIELDS: dict[str, str] = env_fields("pg")
 #: flight-recorder names of PyTorch >= 2.8 (pytorch PR #152563) → the names PyTorch <= 2.7 reads
 _OLD_FR_NAMES = {
     "TORCH_FR_BUFFER_SIZE": "TORCH_NCCL_TRACE_BUFFER_SIZE",
@@ -83,23 +46,7 @@ _OLD_FR_NAMES = {
 }
 #: the first PyTorch that reads the TORCH_FR_* names (older ones read only the _OLD_FR_NAMES values)
 FR_NAMES_SINCE = (2, 8)
-_HINTS = {f.name: str(f.type) for f in fields(RcclConfig)}
 RCCL_CONF_FILES = (Path("~/.rccl.conf"), Path("/etc/rccl.conf"))
-
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "debug": ("NONE", "VERSION", "WARN", "INFO", "ABORT", "TRACE"),
-    "net_gdr_level": ("LOC", "PIX", "PXB", "PHB", "SYS", "0", "1", "2", "3", "4", "5"),
-}
-_RANGES: dict[str, tuple[int, int]] = {
-    "min_channels": (1, 256),
-    "max_channels": (1, 256),
-    "ib_gid_index": (0, 255),
-    "ib_timeout": (1, 31),
-    "ib_retry_cnt": (0, 7),
-    "cross_nic": (0, 2),
-    "async_error_handling": (0, 3),
-    "gpu_max_hw_queues": (1, 32),
-}
 
 
 @dataclass(frozen=True)
@@ -152,23 +99,9 @@ def _arch() -> str | None:
 
 
 def as_rccl_config(cfg: Any) -> RcclConfig:
-    """Accept an RcclConfig, an OmegaConf DictConfig or a plain mapping; unknown keys are an error."""
-    if isinstance(cfg, RcclConfig):
-        return cfg
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(cfg, DictConfig):
-            cfg = OmegaConf.to_container(cfg, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf ships with hydra-core
-        pass
-    if isinstance(cfg, Mapping):
-        known = {f.name for f in fields(RcclConfig)}
-        unknown = sorted(set(cfg) - known)
-        if unknown:
-            raise ValueError(f"rccl: unknown field(s) {unknown}; known fields: {sorted(known)}")
-        return RcclConfig(**dict(cfg))
-    raise TypeError(f"rccl: expected RcclConfig or a mapping, got {type(cfg).__name__}")
+    """``cfg`` as a validated RcclConfig (kept for callers; :func:`rocmtrain.config.convert.as_config`
+    is the one converter)."""
+    return as_config(cfg, RcclConfig, field="rccl", group="rccl")
 
 
 def _fmt(value: Any) -> str:
@@ -194,42 +127,10 @@ def _canonical(name: str, value: Any) -> str:
     return _fmt(value)
 
 
-def _validate(cfg: RcclConfig, plat: Platform) -> tuple[list[str], list[str]]:
-    """Return (errors, warnings) for ``cfg``; errors name the field, the value and the fix."""
-    errors: list[str] = []
+def _warnings(cfg: RcclConfig, plat: Platform) -> list[str]:
+    """What depends on the platform or is legal but unwise (the errors were raised when ``cfg``
+    was constructed: :meth:`RcclConfig.validate`)."""
     warnings: list[str] = []
-    cfg = replace(cfg)  # type errors below blank a field in this copy only
-    for f in fields(RcclConfig):
-        value, hint = getattr(cfg, f.name), _HINTS[f.name]
-        for kind in (bool, int, float, str):
-            if value is not None and hint.startswith(kind.__name__):
-                ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
-                if kind is float:
-                    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-                if not ok:
-                    errors.append(f"rccl.{f.name}={value!r}: expected {kind.__name__}")
-                    setattr(cfg, f.name, None)
-                break
-
-    def tokens(name: str, allowed: tuple[str, ...], *, single: bool = False) -> None:
-        value = getattr(cfg, name)
-        if value is None:
-            return
-        try:
-            toks = registry.parse_token_list(
-                value, field=f"rccl.{name}", allowed=allowed, allow_exclude=not single
-            )
-        except ValueError as exc:
-            errors.append(str(exc))
-            return
-        if single and len(toks) != 1:
-            errors.append(f"rccl.{name}={value!r}: give exactly one of {', '.join(allowed)}")
-
-    tokens("protocol", registry.PROTO_TOKENS)
-    tokens("override_protocol", registry.PROTO_TOKENS, single=True)
-    algos = registry.ALGO_TOKENS + registry.ALGO_TOKENS_OTHER
-    tokens("algorithm", algos)
-    tokens("override_algorithm", algos, single=True)
     for name in ("algorithm", "override_algorithm"):
         value = getattr(cfg, name)
         if (
@@ -238,63 +139,23 @@ def _validate(cfg: RcclConfig, plat: Platform) -> tuple[list[str], list[str]]:
             and any(t.lower() in str(value).lower() for t in registry.ALGO_TOKENS_OTHER)
         ):
             warnings.append(f"rccl.{name}={value!r}: only Ring and Tree are usable on AMD")
-    for name, choices in _CHOICES.items():
-        value = getattr(cfg, name)
-        if value is not None and str(value).upper() not in choices:
-            errors.append(f"rccl.{name}={value!r}: allowed values are {', '.join(choices)}")
-    for name, (lo, hi) in _RANGES.items():
-        value = getattr(cfg, name)
-        if value is not None and not lo <= int(value) <= hi:
-            errors.append(f"rccl.{name}={value!r}: must be between {lo} and {hi}")
-    for name in (
-        "buffsize_bytes",
-        "ll_buffsize_bytes",
-        "ll128_buffsize_bytes",
-        "p2p_ll_threshold_bytes",
-        "p2p_net_threshold_bytes",
-        "intranet_threshold_bytes",
-        "heartbeat_timeout_seconds",
-    ):
-        value = getattr(cfg, name)
-        if value is not None and int(value) <= 0:
-            errors.append(f"rccl.{name}={value!r}: must be a positive integer")
-    if cfg.min_channels and cfg.max_channels and cfg.min_channels > cfg.max_channels:
-        errors.append(
-            f"rccl.min_channels={cfg.min_channels} > rccl.max_channels="
-            f"{cfg.max_channels}: lower min_channels or raise max_channels"
-        )
-    for name in ("init_timeout_seconds", "train_timeout_seconds"):
-        if not getattr(cfg, name) > 0:
-            errors.append(f"rccl.{name}={getattr(cfg, name)!r}: must be > 0 seconds")
-    if cfg.flight_recorder_entries < 0:
-        errors.append(
-            f"rccl.flight_recorder_entries={cfg.flight_recorder_entries}: must be >= 0 "
-            "(0 disables the flight recorder)"
-        )
     if cfg.dump_on_timeout and cfg.async_error_handling not in (None, 3):
         warnings.append(
             f"rccl.dump_on_timeout needs async_error_handling=3 for flight-recorder "
             f"dumps; it is {cfg.async_error_handling}"
         )
-    typed = {**COLLECTIVE_FIELDS, **PG_FIELDS}
-    by_env = {env: f for f, env in typed.items()}
-    for key, value in cfg.extra_env.items():
+    for key in cfg.extra_env:
         entry = registry.lookup(key)
         if entry is not None and entry.status in ("fabricated", "dead"):
             warnings.append(f"rccl.extra_env.{key}: {registry.describe(entry)}; not set")
-        elif key in by_env:
-            errors.append(f"rccl.extra_env.{key}={value!r}: use the typed field rccl.{by_env[key]}")
         elif entry is not None and entry.status == "legacy":
             warnings.append(f"rccl.extra_env.{key}: {registry.describe(entry)}")
-    return errors, warnings
+    return warnings
 
 
 def validate_rccl_config(cfg: RcclConfig, *, plat: Platform | None = None) -> list[str]:
-    """Raise ``ValueError`` listing every invalid field; return the warnings."""
-    errors, warnings = _validate(cfg, plat or Platform.detect())
-    if errors:
-        raise ValueError("invalid rccl config:\n  " + "\n  ".join(errors))
-    return warnings
+    """The platform's warnings about ``cfg`` (its errors were raised when it was built)."""
+    return _warnings(cfg, plat or Platform.detect())
 
 
 def _unknown_gate_versions(name: str, have: registry.Versions) -> list[str]:
@@ -476,3 +337,31 @@ def apply_rccl_config(
     ):
         Path(prefix).parent.mkdir(parents=True, exist_ok=True)
     return changes
+
+
+class CollectiveEnv:
+    """The collective environment of one run: applied before the process group exists,
+    restored when the run ends (every change and its undo go through :func:`apply_env`)."""
+
+    def __init__(self, cfg: RcclConfig) -> None:
+        self.cfg = cfg
+        self.changes: dict[str, tuple[str | None, str | None]] = {}
+        """``{NAME: (before, after)}`` of what :meth:`apply` changed and :meth:`restore` undoes."""
+
+    def apply(self, run_dir: str | os.PathLike[str] | None) -> None:
+        """Check the environment and set the config's variables (logged ``NAME: old -> new``)."""
+        from rocmtrain.config import ConfigError
+
+        try:
+            self.changes = apply_rccl_config(self.cfg, run_dir=run_dir)
+        except ConfigError:
+            raise
+        except ValueError as exc:  # an unusable value the user exported
+            raise ConfigError("rccl", "(environment)", str(exc)) from exc
+
+    def restore(self) -> None:
+        """Put back what :meth:`apply` changed."""
+        if self.changes:
+            old = {name: before for name, (before, _) in self.changes.items()}
+            apply_env(old, force=True, source="teardown")
+            self.changes = {}

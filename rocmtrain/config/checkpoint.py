@@ -28,6 +28,9 @@ class CheckpointConfig:
     """``auto``: resume from the newest complete checkpoint under ``dir`` if any; ``never``;
     or a path to one checkpoint folder."""
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> None:
         """Raise :class:`ConfigError` for an unusable value (field, value and fix named)."""
         if self.keep_last < 1:

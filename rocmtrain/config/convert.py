@@ -87,6 +87,9 @@ def as_config(value: Any, cls: type[T], *, field: str, group: str | None = None)
 
 
 def _validate(obj: Any) -> None:
+    # a config that validates itself in __post_init__ did so when it was built: once is enough
+    if hasattr(type(obj), "__post_init__"):
+        return
     check = getattr(obj, "validate", None)
     if callable(check):
         check()

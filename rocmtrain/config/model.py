@@ -129,6 +129,12 @@ class ModelConfig:
         """Whether the compiled parts replay as CUDA graphs (``compile_mode=reduce-overhead``)."""
         return self.compile_mode == "reduce-overhead" and self.compiles_anything
 
+    def pooling_factors(self) -> dict[str, float]:
+        """Expected ids per sample of each table ``t_cat_<i>`` (multi-hot size, 1 for one-hot):
+        the planner's cost input, known from the config alone."""
+        hot = self.multi_hot_sizes or [1] * self.num_features
+        return {f"t_cat_{i}": float(k) for i, k in enumerate(hot)}
+
     def table_rows(self) -> list[int]:
         """Rows per table after ``max_rows_per_table``."""
         cap = self.max_rows_per_table

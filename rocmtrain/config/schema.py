@@ -25,14 +25,13 @@ from rocmtrain.config.model import ModelConfig
 from rocmtrain.config.monitor import MonitorConfig
 from rocmtrain.config.precision import PrecisionConfig
 from rocmtrain.config.rccl import RcclConfig
-from rocmtrain.config.strategy import StrategyConfig
+from rocmtrain.config.strategy import KERNELS, StrategyConfig
 from rocmtrain.config.trainer import TrainerConfig
 from rocmtrain.config.watchdog import WatchdogConfig
 
 PRIMARY_CONFIG = "rocmtrain"
 SCHEMA_NAME = "rocmtrain_schema"
 DEFAULT_RECIPE = "dlrm_cpu"
-KERNELS = ("fbgemm", "triton", "torch")
 
 
 @dataclass
@@ -188,8 +187,7 @@ def validate_run_config(cfg: RunConfig) -> None:
                 f"kernel={cfg.kernel} supports {', '.join(ours)}; use "
                 "model.embedding_optimizer=rowwise_adagrad or kernel=fbgemm",
             )
-    for part in (cfg.model, cfg.trainer, cfg.strategy, cfg.checkpoint):
-        part.validate()
+    cfg.model.validate()  # trainer, strategy, checkpoint, rccl and watchdog did when built
     names = {f"t_cat_{i}" for i in range(cfg.model.num_features)}
     unknown = sorted(set(cfg.strategy.per_table_sharding) - names)
     if unknown:

@@ -22,14 +22,28 @@ SHARDING_TYPES = (
 PIPELINES = ("auto", "sparse_dist", "semi_sync", "none")
 BALANCE_MODES = ("off", "report", "auto")
 BACKENDS = ("auto", "gloo", "nccl")
+#: embedding kernels (``kernel=``): TorchRec's FBGEMM TBE, rocmtrain's Triton kernels, its torch
+#: reference; the one list every other module reads
+KERNELS = ("fbgemm", "triton", "torch")
+
+
+def check_per_table_sharding(field: str, per_table: object) -> None:
+    """``{table: sharding_type}`` overrides: a mapping whose values name a concrete sharding
+    (``auto`` means "no override", so it is not one)."""
+    from collections.abc import Mapping
+
+    if per_table is None:
+        return
+    if not isinstance(per_table, Mapping):
+        raise ConfigError(field, per_table, "pass a dict (e.g. {'t_cat_0': 'row_wise'}) or None")
+    for table, kind in per_table.items():
+        check_choice(f"{field}.{table}", kind, SHARDING_TYPES[1:])
 
 
 @dataclass
 class StrategyConfig:
     """How ``TorchRecStrategy`` shards the embedding tables and talks between ranks."""
 
-    name: str = "torchrec"
-    """Registered strategy name (see ``rocmtrain.strategies``); only ``torchrec`` is built in."""
     sharding_type: str = "auto"
     """Sharding of every table: ``auto`` (TorchRec's planner chooses), ``table_wise``,
     ``row_wise``, ``column_wise``, ``table_row_wise``, ``table_column_wise``, ``data_parallel``."""
@@ -58,12 +72,13 @@ class StrategyConfig:
     ddr_cap_gb: float | None = None
     """Per-rank host memory the planner may use for CPU ranks (GiB); ``null`` = TorchRec default."""
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> None:
         """Raise :class:`ConfigError` for an unusable value (field, value and fix named)."""
-        check_choice("strategy.name", self.name, ("torchrec",))
         check_choice("strategy.sharding_type", self.sharding_type, SHARDING_TYPES)
-        for table, kind in self.per_table_sharding.items():
-            check_choice(f"strategy.per_table_sharding.{table}", kind, SHARDING_TYPES[1:])
+        check_per_table_sharding("strategy.per_table_sharding", self.per_table_sharding)
         check_choice("strategy.pipeline", self.pipeline, PIPELINES)
         check_choice("strategy.balance", self.balance, BALANCE_MODES)
         if self.semi_sync_start_batch < 0:
@@ -98,6 +113,10 @@ START_METHODS = ("popen", "spawn")
 
 def check_strategy_arguments(
     *,
+    sharding_type: object,
+    kernel: object,
+    pipeline: object,
+    balance: object,
     per_table_sharding: object,
     planner_batch_size: object,
     semi_sync_start_batch: object,
@@ -115,16 +134,18 @@ def check_strategy_arguments(
     import os
     from collections.abc import Mapping
 
+    check_choice("sharding_type", sharding_type, SHARDING_TYPES)
+    check_choice("kernel", kernel, KERNELS)
+    check_choice("pipeline", pipeline, PIPELINES)
+    check_choice("balance", balance, BALANCE_MODES)
+    check_per_table_sharding("per_table_sharding", per_table_sharding)
     for name, value in (
-        ("per_table_sharding", per_table_sharding),
         ("pooling_factors", pooling_factors),
         ("fused_params", fused_params),
         ("ddp_kwargs", ddp_kwargs),
     ):
         if value is not None and not isinstance(value, Mapping):
             raise ConfigError(name, value, "pass a dict (e.g. {'t_cat_0': ...}) or None")
-    for table, kind in (per_table_sharding or {}).items():  # type: ignore[attr-defined]
-        check_choice(f"per_table_sharding.{table}", kind, SHARDING_TYPES[1:])
     for table, factor in (pooling_factors or {}).items():  # type: ignore[attr-defined]
         if not _is_number(factor) or factor <= 0:
             raise ConfigError(f"pooling_factors.{table}", factor, "use a positive number of ids")

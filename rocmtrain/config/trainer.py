@@ -41,6 +41,9 @@ class TrainerConfig:
     num_sanity_val_steps: int = 0
     """Validation batches run before training as a smoke check (0 = none)."""
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> None:
         """Raise :class:`ConfigError` for an unusable value (field, value and fix named)."""
         check_choice("trainer.accelerator", self.accelerator, ACCELERATORS)

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rocmtrain.config.strategy import KERNELS
+
 if TYPE_CHECKING:
     from torchrec.distributed.types import ModuleSharder
 
-#: values of ``RunConfig.kernel``: TorchRec's FBGEMM TBE, our Triton kernels, our torch reference
-KERNELS = ("fbgemm", "triton", "torch")
 
 #: ``model.embedding_optimizer`` values our kernels implement (``adagrad`` = FBGEMM EXACT_ADAGRAD
 #: is fbgemm-only); a config check can refuse other values early for kernel=triton|torch

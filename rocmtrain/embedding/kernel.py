@@ -42,11 +42,12 @@ from torchrec.modules.embedding_configs import data_type_to_dtype
 from torchrec.optim.fused import EmptyFusedOptimizer, FusedOptimizer, FusedOptimizerModule
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from rocmtrain.config.strategy import KERNELS
 from rocmtrain.embedding.params import tbe_options
 from rocmtrain.kernels import TableBatchedEmbeddingBags
 
-#: backends of TableBatchedEmbeddingBags a sharded kernel may use
-BACKENDS = ("triton", "torch")
+#: backends of TableBatchedEmbeddingBags a sharded kernel may use: rocmtrain's own kernels
+BACKENDS = tuple(k for k in KERNELS if k != "fbgemm")
 
 
 class _EmbModuleView:

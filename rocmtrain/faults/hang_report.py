@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rocmtrain.faults.causes import CAUSES, PEER_EXITED, PEER_FAILED, STALL, cause
 from rocmtrain.faults.heartbeat import HOST, PID_NS, Heartbeat, pid_alive
 
 
@@ -202,7 +203,7 @@ def classify(
     failed = sorted(r for r, b in beats.items() if b.phase.startswith("failed"))
     if failed:
         return {
-            "cause": "peer_failed",
+            "cause": PEER_FAILED.name,
             "stuck_ranks": failed,
             "summary": "rank(s) "
             + ", ".join(f"{r} ({beats[r].phase})" for r in failed)
@@ -216,19 +217,19 @@ def classify(
             if r in beats
         )
         return {
-            "cause": "peer_exited",
+            "cause": PEER_EXITED.name,
             "stuck_ranks": names,
             "summary": f"rank(s) {names} exited without finishing: {where or 'before their first heartbeat'}",
         }
     live = {r: b for r, b in beats.items() if not b.terminal}
     if missing:
         return {
-            "cause": "stall",
+            "cause": STALL.name,
             "stuck_ranks": missing,
             "summary": f"rank(s) {missing} never sent a heartbeat (stuck in start-up or init)",
         }
     if not live:
-        return {"cause": "stall", "stuck_ranks": sorted(stale), "summary": "all ranks finished"}
+        return {"cause": STALL.name, "stuck_ranks": sorted(stale), "summary": "all ranks finished"}
     key = {r: (b.step, b.beat_in_step) for r, b in live.items()}
     low = min(key.values())
     behind = sorted(r for r, k in key.items() if k == low)
@@ -248,7 +249,7 @@ def classify(
             f"rank(s) {behind} are behind at {where}; rank(s) {ahead} already reached step "
             f"{a0.step}, phase {a0.phase!r} and wait for them"
         )
-    return {"cause": "stall", "stuck_ranks": behind, "summary": summary}
+    return {"cause": STALL.name, "stuck_ranks": behind, "summary": summary}
 
 
 def refine_with_answers(decision: dict[str, Any], answered: set[int]) -> dict[str, Any]:
@@ -257,7 +258,7 @@ def refine_with_answers(decision: dict[str, Any], answered: set[int]) -> dict[st
     monitor thread, a stopped (SIGSTOP, a debugger) or wedged process does not. Returns
     ``decision`` with only the silent ranks as stuck when some answered and some did not."""
     stuck = decision.get("stuck_ranks", ())
-    if decision.get("cause") != "stall" or len(stuck) < 2:
+    if decision.get("cause") != STALL.name or len(stuck) < 2:
         return decision
     silent = sorted(r for r in stuck if r not in answered)
     waiting = sorted(r for r in stuck if r in answered)
@@ -280,7 +281,7 @@ def refine_with_flight_recorder(
     forward, e.g. TorchRec's input all-to-all), the flight recorders still tell them apart: a
     rank that issued fewer collectives on the same process group has not reached the one the
     others wait in. Returns ``decision`` with those ranks as the stuck ones, else unchanged."""
-    if decision.get("cause") != "stall" or len(decision.get("stuck_ranks", ())) < 2:
+    if decision.get("cause") != STALL.name or len(decision.get("stuck_ranks", ())) < 2:
         return decision
     last = {r: dumps.get(r, {}).get("last") or {} for r in decision["stuck_ranks"]}
     seqs = {r: e.get("collective_seq_id") for r, e in last.items()}
@@ -301,31 +302,8 @@ def refine_with_flight_recorder(
     }
 
 
-NEXT_STEPS = {
-    "stall": [
-        "Read the stuck rank's Python stacks (above, and in its stacks file): the first frames of its "
-        "main thread are the line it waits on.",
-        "Compare the flight-recorder files: `torchfrtrace <dir> --prefix fr_rank_` names mismatched "
-        "or missing collectives.",
-        "If the stuck rank was doing legitimate slow work (data loading, checkpoint, first step), "
-        "raise watchdog.hang_timeout_seconds / checkpoint_timeout_seconds / first_step_timeout_seconds.",
-        "The job exits with the requeue code; it resumes from the last checkpoint.",
-    ],
-    "peer_exited": [
-        "Look at the exited rank's own log (Slurm: its task's output file) for the crash reason "
-        "(OOM killer: `dmesg | grep -i kill`; GPU fault: AMD_LOG_LEVEL=1).",
-        "The job exits with the requeue code; it resumes from the last checkpoint.",
-    ],
-    "peer_failed": [
-        "Fix the exception reported by the failed rank (<run_dir>/logs/error_rank<R>.txt has its "
-        "traceback and hint); "
-        "the other ranks exit with the plain failure code so Slurm does not requeue a broken run.",
-    ],
-    "store_lost": [
-        "The rendezvous store (hosted by rank 0 or the torchrun agent) stopped answering: rank 0's "
-        "process or node is probably gone; check its log.",
-    ],
-}
+#: cause name -> next steps (kept for readers of the old name; the table is faults.causes)
+NEXT_STEPS = {name: list(row.next_steps) for name, row in CAUSES.items()}
 
 
 def stack_excerpt(path: str | os.PathLike[str], *, max_lines: int = 40) -> str:
@@ -394,13 +372,13 @@ def build_report(
         "backend": backend,
         "ranks": ranks,
         "flight_recorder_dump_files": fr_files,
-        "next_steps": NEXT_STEPS.get(decision["cause"], []),
+        "next_steps": list(cause(decision["cause"]).next_steps),
     }
 
 
 def render_text(report: dict[str, Any]) -> str:
     """A readable version of the report (what an operator reads first)."""
-    if report["cause"] == "peer_failed":  # not a hang: a rank raised and said so
+    if report["cause"] == PEER_FAILED.name:  # not a hang: a rank raised and said so
         title = (
             f"RANK FAILURE REPORT — rank(s) {report['stuck_ranks']} raised an exception; "
             f"declared by rank {report['declared_by']} at {report['declared_at']}"

@@ -20,7 +20,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -38,6 +38,9 @@ class Hint:
     requeue: bool
     """True when a restart from the last checkpoint may succeed."""
     details: dict[str, str] = field(default_factory=dict)
+    comm: bool = False
+    """True for a communication failure (a collective, a peer, the communicator): the watchdog
+    then looks for the culprit among the peers instead of blaming this rank. Set by the rule."""
 
     def render(self) -> str:
         facts = ", ".join(f"{k}={v}" for k, v in self.details.items())
@@ -189,7 +192,8 @@ def _oom(m: re.Match[str], text: str) -> Hint:
     )
 
 
-_RULES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str], str], Hint]], ...] = (
+#: (pattern, hint maker, whether it is a communication failure), in priority order
+_RULES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str], str], Hint], bool], ...] = (
     (
         re.compile(
             r"Watchdog caught collective operation timeout:\s*Work\w*\(SeqNum=(?P<seq>\d+), "
@@ -197,16 +201,19 @@ _RULES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str], str], Hint]], ...]
             re.S,
         ),
         _collective_timeout,
+        True,
     ),
     (
         re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+) operation to complete"),
         _gloo_timeout,
+        True,
     ),
     (
         re.compile(
             r"Timed out after (?P<s>\d+) seconds waiting for clients\. (?P<joined>\d+)/(?P<world>\d+) clients joined"
         ),
         _store_timeout,
+        False,
     ),
     (
         re.compile(
@@ -214,12 +221,14 @@ _RULES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str], str], Hint]], ...]
             r"hipErrorNoBinaryForGpu|no kernel image is available for execution on the device"
         ),
         _arch_mismatch,
+        False,
     ),
     (
         re.compile(
             r"(HIP|CUDA) out of memory|OutOfMemoryError|hipErrorOutOfMemory|HIP_ERROR_OutOfMemory"
         ),
         _oom,
+        False,
     ),
     (
         re.compile(
@@ -227,6 +236,7 @@ _RULES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str], str], Hint]], ...]
             r"NCCL error[^\n]*?(unhandled system error|internal error|remote process exited)"
         ),
         _comm_init,
+        True,
     ),
     (
         re.compile(
@@ -234,16 +244,17 @@ _RULES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str], str], Hint]], ...]
             r"Broken pipe"
         ),
         _peer_gone,
+        True,
     ),
 )
 
 
 def hint_for(text: str) -> Hint | None:
     """The hint for the first known error pattern in ``text`` (rules in priority order), or None."""
-    for pattern, make in _RULES:
+    for pattern, make, comm in _RULES:
         m = pattern.search(text)
         if m:
-            return make(m, text)
+            return replace(make(m, text), comm=comm)
     return None
 
 

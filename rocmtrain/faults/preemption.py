@@ -227,8 +227,12 @@ def save_preemption_checkpoint(trainer: pl.Trainer, run_dir: Path) -> Path:
     """
     from rocmtrain import checkpoint as ckpt
 
-    has_root = any(isinstance(c, ckpt.AtomicCheckpoint) for c in trainer.callbacks)
-    return Path(ckpt.save(trainer, None if has_root else run_dir / "checkpoints"))
+    cb = next((c for c in trainer.callbacks if isinstance(c, ckpt.AtomicCheckpoint)), None)
+    root = cb.root if cb is not None else run_dir / "checkpoints"
+    done = Path(root) / ckpt.checkpoint_name(trainer.global_step)
+    if ckpt.is_complete(done):  # this very step was saved already (every N steps, epoch end)
+        return done
+    return Path(ckpt.save(trainer, None if cb is not None else root))
 
 
 _INTERRUPT, _PREEMPT = 1, 2
@@ -242,11 +246,13 @@ def handled_signals(cfg: WatchdogConfig) -> list[str]:
     return [*dict.fromkeys([*cfg.preemption_signals, "SIGINT"])]
 
 
-class PreemptionCallback(pl.Callback):
+class Preemption:
     """SIGTERM/SIGUSR1 → agree on a step → checkpoint → ``SystemExit(exit_code)``.
 
     Ctrl-C (SIGINT, sent to every rank of a terminal's process group) takes the same path and
-    exits 130 after "interrupted at step N"; a second Ctrl-C interrupts at once.
+    exits 130 after "interrupted at step N"; a second Ctrl-C interrupts at once. Driven by
+    :meth:`install` when training starts, :meth:`at_step_boundary` after each completed step
+    (every rank, the same steps) and :meth:`restore` at teardown.
     """
 
     def __init__(self, cfg: WatchdogConfig, run_dir: Path) -> None:
@@ -270,7 +276,8 @@ class PreemptionCallback(pl.Callback):
                 f"rocmtrain: got {signal.Signals(signum).name}; checkpoint at the next step\n".encode(),
             )
 
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def install(self) -> None:
+        """Take the signals over (after Lightning installed its own handlers)."""
         if threading.current_thread() is not threading.main_thread():
             log.warning("preemption: not on the main thread; signal handlers not installed")
             return
@@ -284,14 +291,13 @@ class PreemptionCallback(pl.Callback):
             if self.received == signal.SIGINT:  # that was the first Ctrl-C: the next one is now
                 signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    def on_train_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
+    def at_step_boundary(self, trainer: pl.Trainer, *, log_step_metrics: bool = False) -> None:
+        """Collective every ``preemption_check_every_n_steps``: when any rank was signalled, all
+        save one checkpoint at this step and leave with the requeue (or interrupt) code.
+
+        ``log_step_metrics``: called from ``on_train_batch_end``, before Lightning has logged
+        this step's metrics (they are logged first, so the run's metrics end with the step the
+        checkpoint contains); after the step's hooks they are logged already."""
         if trainer.global_step % self._every:
             return
         verdict = self._agree(trainer)
@@ -315,10 +321,9 @@ class PreemptionCallback(pl.Callback):
                 file=sys.stderr,
                 flush=True,
             )
-        # Lightning logs this step's metrics only after every on_train_batch_end hook; log them now
-        # so the run's metrics end with the step the checkpoint contains (private API, best effort)
-        with contextlib.suppress(Exception):
-            trainer._logger_connector.update_train_step_metrics()
+        if log_step_metrics:  # private API, best effort
+            with contextlib.suppress(Exception):
+                trainer._logger_connector.update_train_step_metrics()
         raise SystemExit(code)
 
     def _agree(self, trainer: pl.Trainer) -> int:
@@ -335,7 +340,8 @@ class PreemptionCallback(pl.Callback):
             return int(t.item())
         return mine
 
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+    def restore(self) -> None:
+        """Give the signals back to the handlers found at :meth:`install`."""
         if threading.current_thread() is threading.main_thread():
             for sig, handler in self._previous.items():
                 # only where ours is still installed: Lightning's signal connector tears down
@@ -345,3 +351,35 @@ class PreemptionCallback(pl.Callback):
                 if signal.getsignal(sig) == self._handler:
                     signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         self._previous = {}
+
+
+class PreemptionCallback(pl.Callback):
+    """:class:`Preemption` as a Lightning callback, for a plain Lightning strategy (DDP ...);
+    ``TorchRecStrategy`` drives the same object from its own hooks instead."""
+
+    def __init__(self, cfg: WatchdogConfig, run_dir: Path) -> None:
+        self.preemption = Preemption(cfg, run_dir)
+
+    @property
+    def received(self) -> int | None:
+        return self.preemption.received
+
+    @property
+    def checkpoint_path(self) -> Path | None:
+        return self.preemption.checkpoint_path
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.preemption.install()
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        self.preemption.at_step_boundary(trainer, log_step_metrics=True)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.preemption.restore()

@@ -29,8 +29,9 @@ Without Lightning::
             wd.beat("backward"); loss.backward()
             wd.step_done()
 
-With Lightning: :func:`build_callbacks` (heartbeats in the hooks, two-phase timeouts, preemption,
-error hints). Design notes and the report format: ``rocmtrain/faults/HANGS.md``.
+With ``TorchRecStrategy``: nothing to add, the strategy drives a
+:class:`rocmtrain.faults.guard.FaultGuard`. With another Lightning strategy: :func:`build_callbacks`
+(heartbeats in the hooks, two-phase timeouts, preemption, error hints). Design notes and the report format: ``rocmtrain/faults/HANGS.md``.
 """
 
 from __future__ import annotations
@@ -52,10 +53,11 @@ from typing import Any
 import pytorch_lightning as pl
 import torch.distributed as dist
 
-from rocmtrain import exit_codes
 from rocmtrain.config.rccl import RcclConfig
 from rocmtrain.config.watchdog import WatchdogConfig
+from rocmtrain.faults import causes
 from rocmtrain.faults import hang_report as hr
+from rocmtrain.faults.causes import COMM_ERROR, PEER_FAILED, STORE_LOST
 from rocmtrain.faults.heartbeat import (
     HOST,
     PID_NS,
@@ -69,8 +71,6 @@ from rocmtrain.faults.heartbeat import (
 from rocmtrain.faults.hints import hint_for_exception
 
 log = logging.getLogger(__name__)
-
-_COMM_HINTS = ("peer_gone", "gloo_timeout", "collective_timeout", "comm_init")
 
 
 class Watchdog:
@@ -194,7 +194,7 @@ class Watchdog:
             self.finish("preempted" if exc.code == self.cfg.exit_code else "finished")
             return
         hint = hint_for_exception(exc)
-        if not ((hint is not None and hint.kind in _COMM_HINTS) or isinstance(exc, dist.DistError)):
+        if not ((hint is not None and hint.comm) or isinstance(exc, dist.DistError)):
             first = (str(exc).strip().splitlines() or [""])[0]
             self.finish(f"failed:{type(exc).__name__}: {first}"[:200])
             if self.world_size > 1:
@@ -212,13 +212,13 @@ class Watchdog:
                 beats, stale_s, timeout = self._observe(self._publish())
                 dead = self._dead_peers(beats)
             except Exception:  # noqa: BLE001 - the store went away with its host
-                self._local_exit("store_lost", f"rank {self.rank}: {exc}")
+                self._local_exit(STORE_LOST.name, f"rank {self.rank}: {exc}")
             failed = any(b.phase.startswith("failed") for b in beats.values())
             if dead or failed or time.monotonic() > deadline:
                 decision = None  # classify: the dead or failed peer is the cause
                 if not (dead or failed):
                     decision = {
-                        "cause": "comm_error",
+                        "cause": COMM_ERROR.name,
                         "stuck_ranks": [],
                         "summary": f"rank {self.rank} got a communication error while all peers "
                         f"were alive: {exc}",
@@ -259,7 +259,7 @@ class Watchdog:
                 grace = min(self.current_timeout(), max(30.0, 3 * self.cfg.poll_interval_seconds))
                 if now - self._kv_error_since > grace:
                     self._local_exit(
-                        "store_lost", f"heartbeat channel failing for {grace:.0f} s: {e}"
+                        STORE_LOST.name, f"heartbeat channel failing for {grace:.0f} s: {e}"
                     )
 
     def _tick(self) -> None:
@@ -442,7 +442,7 @@ class Watchdog:
             report, attempt_dir=self.attempt_dir, run_dir=self.run_dir, name=name
         )
         print(hr.render_text(report) + f"hang report: {path}", file=sys.__stderr__, flush=True)
-        if decision["cause"] == "peer_failed":  # the one line a user needs: who failed, and why
+        if decision["cause"] == PEER_FAILED.name:  # the one line a user needs: who failed, and why
             for r in decision["stuck_ranks"]:
                 why = beats[r].phase.removeprefix("failed:") if r in beats else "an exception"
                 log_path = self.run_dir / "logs" / f"error_rank{r}.txt"
@@ -471,7 +471,7 @@ class Watchdog:
         return info
 
     def _code_for(self, cause: str) -> int:
-        return exit_codes.FAILURE if cause == "peer_failed" else self.cfg.exit_code
+        return causes.cause(cause).exit_code(self.cfg.exit_code)
 
     def _exit(self, code: int) -> None:
         with contextlib.suppress(Exception):  # peers must not take this exit for the culprit
@@ -500,12 +500,13 @@ def build_callbacks(
     timeout), ``PreemptionCallback`` (SIGTERM/SIGUSR1 → checkpoint → exit 75). Accepts the typed
     configs or their OmegaConf ``DictConfig`` form.
     """
+    from rocmtrain.config.convert import as_config
     from rocmtrain.faults.hints import ErrorHintCallback
     from rocmtrain.faults.preemption import PreemptionCallback
     from rocmtrain.faults.timeouts import TwoPhaseTimeoutCallback
 
-    cfg = _typed(watchdog_cfg, WatchdogConfig)
-    rccl = _typed(rccl_cfg, RcclConfig) if rccl_cfg is not None else RcclConfig()
+    cfg = as_config(watchdog_cfg, WatchdogConfig, field="watchdog", group="watchdog")
+    rccl = as_config(rccl_cfg, RcclConfig, field="rccl", group="rccl")
     run_dir = Path(run_dir)
     callbacks: list[pl.Callback] = []
     if cfg.error_hints:
@@ -523,15 +524,3 @@ def build_callbacks(
     if cfg.preemption:
         callbacks.append(PreemptionCallback(cfg, run_dir))
     return callbacks
-
-
-def _typed(cfg: Any, cls: type) -> Any:
-    if isinstance(cfg, cls):
-        cfg.validate() if hasattr(cfg, "validate") else None
-        return cfg
-    from omegaconf import OmegaConf
-
-    obj = OmegaConf.to_object(cfg) if OmegaConf.is_config(cfg) else cls(**dict(cfg))
-    if not isinstance(obj, cls):
-        obj = cls(**{k: v for k, v in vars(obj).items()})
-    return obj

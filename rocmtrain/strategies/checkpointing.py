@@ -5,7 +5,8 @@ fused optimizer inside the backward, not in Lightning's optimizers; a single-fil
 of rank 0 would hold neither. So every rank writes its shards of the model and of the fused
 optimizer with ``torch.distributed.checkpoint`` and its own small part (dense optimizer, loops,
 data position, RNG) next to them, through :mod:`rocmtrain.checkpoint`, which owns the folder
-layout, the atomic write and the integrity checks. This module only says what goes where.
+layout, the atomic write and the integrity checks. This module only says what goes where; the
+strategy's ``save_checkpoint``/``load_checkpoint`` hooks call its functions.
 """
 
 from __future__ import annotations
@@ -16,90 +17,70 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from pytorch_lightning.strategies import ParallelStrategy
-from typing_extensions import override
 
 from rocmtrain import checkpoint as ckpt
 from rocmtrain import checkpoint_reshard as reshard
 
 if TYPE_CHECKING:  # torchrec is imported when a model is set up, not on `import rocmtrain`
+    from collections.abc import Callable
+
+    from torch import nn
     from torchrec.distributed import DistributedModelParallel
 
 
-class ShardedCheckpointMixin(ParallelStrategy):
-    """Lightning's checkpoint hooks for a strategy whose model is a ``DistributedModelParallel``
-    (:attr:`dmp`). A ``ParallelStrategy`` subclass only so that the hooks it overrides are
-    checked against Lightning's; the strategy that mixes it in provides :attr:`dmp`.
-    """
+def save_sharded_checkpoint(
+    dmp: DistributedModelParallel,
+    checkpoint: dict[str, Any],
+    path: Path,
+    *,
+    rank: int,
+    world_size: int,
+    barrier: Callable[..., None],
+) -> None:
+    """Collective: every rank writes its shards of the model and of the fused optimizer, and
+    its own part of Lightning's ``checkpoint`` (which loses its ``state_dict`` to the shards)."""
+    state = {
+        "model": checkpoint.pop("state_dict"),
+        "fused_optimizer": dmp.fused_optimizer.state_dict(),
+    }
+    checkpoint["rng"] = _rng_state()
+    ckpt.write_sharded(
+        path, sharded=state, per_rank=checkpoint, rank=rank, world_size=world_size, barrier=barrier
+    )
 
-    if TYPE_CHECKING:
 
-        @property
-        def dmp(self) -> DistributedModelParallel: ...
+def load_sharded_checkpoint(
+    dmp: DistributedModelParallel,
+    module: nn.Module,
+    path: Path,
+    *,
+    trainer: Any,
+    rank: int,
+    world_size: int,
+) -> dict[str, Any]:
+    """Read the shards into ``module`` and the fused optimizer (they must exist: load after
+    setup); returns this rank's part of Lightning's checkpoint (loops, dense optimizer ...),
+    fitted to this run's world size and plan when they differ from the saved ones."""
+    state = {
+        "model": module.state_dict(),
+        "fused_optimizer": dmp.fused_optimizer.state_dict(),
+    }
+    extras = ckpt.read_sharded(path, sharded=state, rank=rank)
+    # another world size or plan: the sharded state resharded itself; fit the rest to it
+    extras = reshard.adapt(extras, path, trainer=trainer, rank=rank, world_size=world_size)
+    module.load_state_dict(state["model"])
+    dmp.fused_optimizer.load_state_dict(state["fused_optimizer"])
+    if extras.get("global_step") is not None:  # not in the fused state (Adam's bias corr.)
+        _set_kernel_step(dmp.fused_optimizer, int(extras["global_step"]))
+    if "rng" in extras:
+        _set_rng_state(extras.pop("rng"))
+    return extras
 
-    @property
-    @override
-    def restore_checkpoint_after_setup(self) -> bool:
-        return True  # shards must exist before loading into them
 
-    @override
-    def lightning_module_state_dict(self) -> dict[str, Any]:
-        assert self.lightning_module is not None
-        return self.lightning_module.state_dict()
-
-    @override
-    def save_checkpoint(
-        self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None
-    ) -> None:
-        """Collective: every rank calls it (Lightning's ``trainer.save_checkpoint`` does)."""
-        state = {
-            "model": checkpoint.pop("state_dict"),
-            "fused_optimizer": self.dmp.fused_optimizer.state_dict(),
-        }
-        checkpoint["rng"] = _rng_state()
-        ckpt.write_sharded(
-            Path(filepath),
-            sharded=state,
-            per_rank=checkpoint,
-            rank=self.global_rank,
-            world_size=self.world_size,
-            barrier=self.barrier,
-        )
-
-    @override
-    def load_checkpoint(
-        self, checkpoint_path: Any, weights_only: bool | None = None
-    ) -> dict[str, Any]:
-        assert self.lightning_module is not None
-        state = {
-            "model": self.lightning_module.state_dict(),
-            "fused_optimizer": self.dmp.fused_optimizer.state_dict(),
-        }
-        extras = ckpt.read_sharded(Path(checkpoint_path), sharded=state, rank=self.global_rank)
-        # another world size or plan: the sharded state resharded itself; fit the rest to it
-        extras = reshard.adapt(
-            extras,
-            Path(checkpoint_path),
-            trainer=self.lightning_module.trainer,
-            rank=self.global_rank,
-            world_size=self.world_size,
-        )
-        self.lightning_module.load_state_dict(state["model"])
-        self.dmp.fused_optimizer.load_state_dict(state["fused_optimizer"])
-        if extras.get("global_step") is not None:  # not in the fused state (Adam's bias corr.)
-            _set_kernel_step(self.dmp.fused_optimizer, int(extras["global_step"]))
-        if "rng" in extras:
-            _set_rng_state(extras.pop("rng"))
-        return extras
-
-    @override
-    def load_model_state_dict(self, checkpoint: Any, strict: bool = True) -> None:
-        pass  # loaded into the shards in load_checkpoint
-
-    @override
-    def remove_checkpoint(self, filepath: Any) -> None:
-        if self.global_rank == 0:
-            ckpt.remove(Path(filepath))
+def remove_checkpoint(path: Path, *, rank: int) -> None:
+    """Remove a checkpoint folder (rank 0 does; the folder is shared)."""
+    if rank == 0:
+        ckpt.remove(path)
 
 
 def _rng_state() -> dict[str, Any]:
@@ -130,3 +111,23 @@ def _set_kernel_step(optimizer: Any, step: int) -> None:
         optimizer.set_optimizer_step(step)
     for _, inner in getattr(optimizer, "optimizers", ()):
         _set_kernel_step(inner, step)
+
+
+_MOVED_INTO_STRATEGY = ("ShardedCheckpointMixin",)
+
+
+def __getattr__(name: str) -> object:
+    # The strategy was one class over mixins; their methods are now TorchRecStrategy's own.
+    if name in _MOVED_INTO_STRATEGY:
+        import warnings
+
+        from rocmtrain.strategies.torchrec import TorchRecStrategy
+
+        warnings.warn(
+            f"{__name__}.{name} is deprecated: TorchRecStrategy is one class now; subclass or "
+            "use rocmtrain.TorchRecStrategy instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return TorchRecStrategy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -75,3 +75,15 @@ def semi_sync_pipeline(model: Any, optimizer: Any, device: torch.device, **kwarg
     """TorchRec's ``TrainPipelineSemiSync`` on ``device`` (its stream-free form on CPU)."""
     cls = CpuTrainPipelineSemiSync if device.type == "cpu" else TrainPipelineSemiSync
     return cls(model, optimizer, device, **kwargs)
+
+
+def train_pipeline(
+    dmp: Any, optimizer: torch.optim.Optimizer, device: torch.device, *, kind: str, **kwargs: Any
+) -> Any:
+    """TorchRec's ``TrainPipelineSparseDist`` (``kind="sparse_dist"``) or the semi-sync pipeline
+    (``kind="semi_sync"``, :func:`semi_sync_pipeline`) over the sharded model ``dmp``."""
+    if kind == "semi_sync":
+        return semi_sync_pipeline(dmp, optimizer, device, **kwargs)
+    from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+
+    return TrainPipelineSparseDist(dmp, optimizer, device, **kwargs)

@@ -5,10 +5,9 @@ Every ``KJTAllToAllTensorsAwaitable`` (the sparse input dist of each batch) call
 permutation that reorders the all-to-all's output with ``torch.tensor(list, device=...)``: a
 copy from pageable host memory, which blocks the host until the current stream (the input
 pipeline's dist stream, behind the batch's copy and, across ranks, its splits all-to-all) has
-run. In the DLRM-DCNv2 recipe on one H200 that was the only torch-level host sync of a training
-step (the e2e bench's sync report: 1.0 per step before, 0.0 after, 2026-12-03); one-GPU
-throughput did not move with it, and with several ranks the host no longer waits on the input
-dist at all. The permutation depends on its arguments only, so :func:`install` wraps the
+run. In the DLRM-DCNv2 recipe that was the only torch-level host sync of a training step (the
+e2e bench's sync report counts it; ``scripts/bench/BENCHMARKS.md`` has the numbers); with several
+ranks the host no longer waits on the input dist at all. The permutation depends on its arguments only, so :func:`install` wraps the
 function with a cache keyed on them: the first call per (local split, number of splits,
 stagger, device, batch size per rank) builds the tensor as TorchRec does, later calls return
 that same tensor. Its consumers only read it (fbgemm's permute ops, ``record_stream``), so

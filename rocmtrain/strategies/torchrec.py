@@ -16,37 +16,7 @@ Registered names: ``torchrec`` (planner's choice), ``torchrec_table_wise``, ``to
 ``torchrec_data_parallel``; ``*_spawn`` variants start ranks with ``torch.multiprocessing`` spawn.
 ``python -m rocmtrain`` builds exactly this strategy from its config (:meth:`from_config`).
 
-What it does, in Lightning's hook order:
-
-1. ``setup_environment`` (:mod:`rocmtrain.strategies.lifecycle`): rendezvous checks
-   (``MASTER_ADDR`` resolves, the port is free on the store host), device/NUMA binding, the
-   RCCL/NCCL environment plan (validated; invented knobs warned with the real one named; each
-   change logged ``NAME: old -> new``), all BEFORE ``init_process_group``, whose wait for peers
-   is bounded by ``rccl.init_timeout_seconds``. Then the run-time protection of
-   :mod:`rocmtrain.faults` joins the trainer: error hints, the hang watchdog (exit 75 naming the
-   stuck rank), the two-phase process-group timeout (short after step 1) and preemption
-   (SIGTERM/SIGUSR1 → checkpoint at the same step on every rank → exit 75).
-2. ``setup`` → ``_setup_model``: the LightningModule (its EmbeddingBagCollections on the meta
-   device) is wrapped in ``DistributedModelParallel``: :meth:`plan_for` (the same function the dry
-   run prints; :mod:`rocmtrain.strategies.sharding`) shards every table, the shards materialise
-   on this rank, the embedding optimizer is fused into the backward
-   (``apply_optimizer_in_backward`` in the module, or ``fused_params``), and DDP wraps the dense
-   rest (``ddp_kwargs``: bucket size, static graph ...).
-3. Checkpoints: ``save_checkpoint``/``load_checkpoint`` (:mod:`rocmtrain.strategies.checkpointing`)
-   write/read sharded state with ``torch.distributed.checkpoint`` into an atomic folder
-   (``rocmtrain.checkpoint``).
-4. ``teardown`` (:mod:`rocmtrain.strategies.lifecycle`): the environment variables it set are
-   restored.
-
-Input pipelining (``pipeline="sparse_dist"``, or ``auto`` on a GPU): batch i+1 is copied to the
-device and its sparse input all-to-all runs on side streams while batch i computes, for any
-LightningModule with a plain ``training_step(self, batch, batch_idx)`` — nothing to change in the
-module (:mod:`rocmtrain.strategies.input_pipeline`). ``pipeline="semi_sync"`` (one step stale
-embeddings) is TorchRec's own ``TrainPipelineSemiSync``, which owns the data iterator: a module
-drives it through :meth:`make_train_pipeline` (``calls_model_itself = True``, e.g.
-``rocmtrain.models.module.PipelinedDLRMModule``). Either way the all-to-all's output permutation
-is built once per shape instead of once per batch (:mod:`rocmtrain.strategies.recat_cache`), so the
-sparse input dist makes no host sync per step.
+What it does in each of Lightning's hooks: ``STRATEGY.md`` beside this module.
 """
 
 from __future__ import annotations
@@ -54,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,19 +38,14 @@ from torch import nn
 from typing_extensions import override
 
 from rocmtrain import platform
+from rocmtrain.comms.rccl import CollectiveEnv
 from rocmtrain.config import ConfigError, check_choice
 from rocmtrain.config.convert import as_config
 from rocmtrain.config.rccl import RcclConfig
-from rocmtrain.config.strategy import (
-    BALANCE_MODES,
-    PIPELINES,
-    SHARDING_TYPES,
-    check_strategy_arguments,
-)
+from rocmtrain.config.strategy import KERNELS, check_strategy_arguments
 from rocmtrain.config.watchdog import WatchdogConfig
-from rocmtrain.strategies.checkpointing import ShardedCheckpointMixin
-from rocmtrain.strategies.lifecycle import RankLifecycleMixin
-from rocmtrain.strategies.sharding import ShardingPlanMixin
+from rocmtrain.faults.guard import FaultGuard
+from rocmtrain.strategies import checkpointing, lifecycle, sharding
 
 if TYPE_CHECKING:  # torchrec is imported when a model is set up, not on `import rocmtrain`
     from torchrec.distributed import DistributedModelParallel
@@ -90,7 +56,7 @@ if TYPE_CHECKING:  # torchrec is imported when a model is set up, not on `import
 
 log = logging.getLogger(__name__)
 
-KERNELS = ("fbgemm", "triton", "torch")
+__all__ = ["KERNELS", "REGISTERED", "TorchRecStrategy"]  # KERNELS: declared in config.strategy
 
 #: registered name -> (sharding_type, start_method)
 REGISTERED: dict[str, tuple[str, str]] = {
@@ -107,7 +73,7 @@ REGISTERED: dict[str, tuple[str, str]] = {
 _DDP_WRAPPER_KEYS = ("bucket_cap_mb", "static_graph", "find_unused_parameters")
 
 
-class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleMixin, DDPStrategy):
+class TorchRecStrategy(DDPStrategy):
     """Multi-process training with TorchRec-sharded embeddings, DDP for the dense part, and
     rocmtrain's collective environment, hang watchdog, timeouts, preemption and error hints.
 
@@ -143,6 +109,9 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
         fused_params: FBGEMM fused-optimizer parameters for the sharders.
         ddp_kwargs: for the dense part's DDP: ``bucket_cap_mb``, ``static_graph``,
             ``find_unused_parameters`` and any ``DistributedDataParallel`` argument.
+
+    Every argument is checked here: a bad value raises :class:`~rocmtrain.config.ConfigError`
+    naming the field before any rank starts.
     """
 
     strategy_name = "torchrec"
@@ -174,11 +143,11 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
         process_group_backend: str | None = None,
         start_method: str = "popen",
     ) -> None:
-        check_choice("sharding_type", sharding_type, SHARDING_TYPES)
-        check_choice("kernel", kernel, KERNELS)
-        check_choice("pipeline", pipeline, PIPELINES)
-        check_choice("balance", balance, BALANCE_MODES)
         check_strategy_arguments(
+            sharding_type=sharding_type,
+            kernel=kernel,
+            pipeline=pipeline,
+            balance=balance,
             per_table_sharding=per_table_sharding,
             planner_batch_size=planner_batch_size,
             semi_sync_start_batch=semi_sync_start_batch,
@@ -196,8 +165,6 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
             if watchdog is None
             else as_config(watchdog, WatchdogConfig, field="watchdog", group="watchdog")
         )
-        from datetime import timedelta
-
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -208,31 +175,32 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
             timeout=timedelta(seconds=self._rccl_cfg.init_timeout_seconds),
             start_method=start_method,
         )
-        self._sharding_type = sharding_type
-        self._per_table_sharding = dict(per_table_sharding or {})
-        self._kernel = kernel
+        self._settings = sharding.PlanSettings(
+            sharding_type=sharding_type,
+            per_table=dict(per_table_sharding or {}),
+            kernel=kernel,
+            balance=balance,
+            fused_params=fused_params,
+            pooling_factors=dict(pooling_factors) if pooling_factors else None,
+            batch_size=planner_batch_size,
+            hbm_cap_gb=hbm_cap_gb,
+            ddr_cap_gb=ddr_cap_gb,
+        )
         self._pipeline = pipeline
-        self._input_pipeline: Any = None
         self._semi_sync_start_batch = semi_sync_start_batch
-        self._balance = balance
-        self._balance_report: BalanceReport | None = None
-        self._fused_params = fused_params
-        self._plan = plan
-        self._pooling_factors = dict(pooling_factors) if pooling_factors else None
-        self._planner_batch_size = planner_batch_size
-        self._hbm_cap_gb = hbm_cap_gb
-        self._ddr_cap_gb = ddr_cap_gb
         self._dmp_ddp_kwargs = dict(ddp_kwargs or {})
         self._run_dir = Path(run_dir) if run_dir is not None else None
-        self._env_changes: dict[str, tuple[str | None, str | None]] = {}
+        self._plan = plan
+        self._balance_report: BalanceReport | None = None
         self._sharder_list: list[Any] | None = None
         self._dmp: DistributedModelParallel | None = None
+        self._input_pipeline: Any = None
+        self._env = CollectiveEnv(self._rccl_cfg)
+        self._guard: FaultGuard | None = None
 
     @classmethod
     def from_config(cls, cfg: RunConfig, **kwargs: Any) -> TorchRecStrategy:
         """The strategy of a composed run config (what ``python -m rocmtrain`` uses)."""
-        from rocmtrain.models.dlrm import pooling_factors
-
         s = cfg.strategy
         return cls(
             sharding_type=s.sharding_type,
@@ -245,13 +213,14 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
             watchdog=cfg.watchdog,
             run_dir=cfg.run_dir,
             planner_batch_size=cfg.data.batch_size,
-            pooling_factors=pooling_factors(cfg.model),
+            pooling_factors=cfg.model.pooling_factors(),
             hbm_cap_gb=s.hbm_cap_gb,
             ddr_cap_gb=s.ddr_cap_gb,
             process_group_backend=None if s.backend == "auto" else s.backend,
             **kwargs,
         )
 
+    # -- what it was asked for -------------------------------------------------------------------
     @property
     def rccl_config(self) -> RcclConfig:
         return self._rccl_cfg
@@ -262,7 +231,7 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
 
     @property
     def kernel(self) -> str:
-        return self._kernel
+        return self._settings.kernel
 
     @property
     def pipeline(self) -> str:
@@ -283,10 +252,104 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
             return None
         return "semi_sync" if self._pipeline == "semi_sync" else "sparse_dist"
 
+    @property
+    def run_dir(self) -> Path:
+        """Where this run's reports go: ``run_dir``, else the trainer's ``default_root_dir``."""
+        if self._run_dir is not None:
+            return self._run_dir
+        trainer = self._trainer()
+        return Path(trainer.default_root_dir) if trainer is not None else Path.cwd()
+
+    @property
+    def fault_guard(self) -> FaultGuard | None:
+        """The run-time protection of the current (or last) fit; ``None`` before the first."""
+        return self._guard
+
+    # -- the plan --------------------------------------------------------------------------------
+    def plan_for(
+        self,
+        model: nn.Module,
+        *,
+        world_size: int,
+        local_world_size: int,
+        compute_device: str,
+        batch_size: int | None = None,
+        pg: dist.ProcessGroup | None = None,
+    ) -> ShardingPlan:
+        """The sharding plan of ``model`` (the dry run prints this same plan); its per-rank
+        cost is then :attr:`balance_report` (see :func:`rocmtrain.strategies.sharding.plan_for`)."""
+        plan, self._balance_report = sharding.plan_for(
+            self._settings,
+            model,
+            self._sharders(),
+            world_size=world_size,
+            local_world_size=local_world_size,
+            compute_device=compute_device,
+            batch_size=batch_size,
+            pg=pg,
+            plan=self._plan,
+        )
+        return plan
+
+    def check_supported(self, compute_device: str) -> None:
+        """Raise :class:`~rocmtrain.strategies.planning.PlanError` before anything starts when
+        the sharders cannot shard the tables as configured on ``compute_device``."""
+        sharding.check_supported(self._settings, self._sharders(), compute_device)
+
+    @property
+    def balance_report(self) -> BalanceReport | None:
+        """Per-rank lookup cost and memory of the last :meth:`plan_for` (``None`` with
+        ``balance="off"``)."""
+        return self._balance_report
+
+    @property
+    def sharding_plan(self) -> ShardingPlan | None:
+        """The plan in use (after ``setup``)."""
+        return self._plan
+
+    def _sharders(self) -> list[Any]:
+        if self._sharder_list is None:
+            self._sharder_list = sharding.build_sharders(self._settings)
+        return self._sharder_list
+
+    # -- before the process group ----------------------------------------------------------------
+    @override
+    def setup_environment(self) -> None:
+        # Order matters: check the rendezvous, bind the device and set the collective env BEFORE
+        # the process group (RCCL/NCCL read their env once, when the first communicator is made).
+        from rocmtrain.comms.rendezvous import explain_rendezvous
+        from rocmtrain.comms.shutdown import close_at_exit
+
+        env = self.cluster_environment
+        assert env is not None
+        lifecycle.prepare_rank(
+            env,
+            global_rank=self.global_rank,
+            local_rank=self.local_rank,
+            device_type=self.root_device.type,
+            first_group=not dist.is_initialized(),
+            port_wait_s=self._rccl_cfg.init_timeout_seconds,
+        )
+        self._env.apply(self.run_dir)
+        with explain_rendezvous(
+            env.main_address,
+            env.main_port,
+            world_size=self.num_nodes * self.num_processes,
+            timeout_s=self._rccl_cfg.init_timeout_seconds,
+        ):
+            super().setup_environment()
+        close_at_exit()  # Lightning never destroys the group; interpreter teardown can abort
+        self._guard = FaultGuard(self._watchdog_cfg, self._rccl_cfg, self.run_dir)
+        if self._watchdog_cfg.enabled:
+            lifecycle.stop_child_observer()
+
     # -- model -----------------------------------------------------------------------------------
     @override
     def setup(self, trainer: pl.Trainer) -> None:
         assert self.accelerator is not None and self.model is not None
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        if fitting and self._guard is not None:  # sharding is collective: watched too
+            self._guard.start(self.global_rank, self.world_size)
         drives_pipeline = getattr(self.lightning_module, "calls_model_itself", False)
         kind = self.pipeline_kind("gpu" if self.root_device.type == "cuda" else "cpu")
         if kind == "semi_sync" and not drives_pipeline:
@@ -306,7 +369,6 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
         self.model_to_device()
         # Shard for every stage (not only fitting): the tables exist only as shards.
         self.model = self._setup_model(self.model)
-        fitting = trainer.state.fn == TrainerFn.FITTING
         if fitting and kind == "sparse_dist" and not drives_pipeline:
             from rocmtrain.strategies.input_pipeline import InputPipeline
 
@@ -324,13 +386,6 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
         device = self.root_device
         self.model._apply(lambda t: t if t.is_meta else t.to(device))
 
-    def _data_parallel_wrapper(self) -> Any:
-        from torchrec.distributed.model_parallel import DefaultDataParallelWrapper
-
-        kwargs = dict(self._dmp_ddp_kwargs)
-        direct = {k: kwargs.pop(k) for k in _DDP_WRAPPER_KEYS if k in kwargs}
-        return DefaultDataParallelWrapper(**direct, ddp_kwargs=kwargs or None)
-
     @override
     def _setup_model(self, model: nn.Module) -> DistributedModelParallel:
         from torchrec.distributed import DistributedModelParallel
@@ -340,20 +395,20 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
 
         pg = dist.group.WORLD
         assert pg is not None, "process group not initialised: setup_environment must run first"
+        batch = sharding.planner_batch(self._settings, self._trainer(), self.lightning_module)
         plan = self.plan_for(
             model,
             world_size=self.world_size,
             local_world_size=self.num_processes,
             compute_device=self.root_device.type,
-            batch_size=self._batch_size(),
+            batch_size=batch,
             pg=pg,
         )
         if self.global_rank == 0:
             log.info("sharding plan:\n%s", "\n".join(map(str, describe_plan(plan))))
             if self._balance_report is not None:
-                log.info(
-                    "sharding plan cost per rank:\n%s", "\n".join(self._balance_report.lines())
-                )
+                lines = "\n".join(self._balance_report.lines())
+                log.info("sharding plan cost per rank:\n%s", lines)
         self._plan = plan
         self._dmp = DistributedModelParallel(
             model,
@@ -365,52 +420,13 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
         )
         return self._dmp
 
-    @override
-    def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        module = self.lightning_module
-        if getattr(module, "calls_model_itself", False):  # e.g. a TrainPipelineSemiSync step
-            assert module is not None
-            with self.precision_plugin.train_step_context():
-                return module.training_step(*args, **kwargs)
-        pipe = self._input_pipeline
-        if pipe is None:
-            return super().training_step(*args, **kwargs)
-        pipe.before_step()
-        try:
-            return super().training_step(*args, **kwargs)
-        finally:
-            pipe.after_step()
+    def _data_parallel_wrapper(self) -> Any:
+        """TorchRec's DDP wrapper of the dense part, with ``ddp_kwargs``."""
+        from torchrec.distributed.model_parallel import DefaultDataParallelWrapper
 
-    @override
-    def teardown(self) -> None:
-        if self._input_pipeline is not None:
-            self._input_pipeline.detach()  # the modules get their own forward back
-        super().teardown()
-
-    @override
-    def backward(self, closure_loss: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        if self._input_pipeline is not None:
-            self._input_pipeline.before_backward()  # the next batch's all-to-all under this one
-        return super().backward(closure_loss, *args, **kwargs)
-
-    @override
-    def process_dataloader(self, dataloader: object) -> object:
-        trainer = self._trainer()
-        if self._input_pipeline is not None and trainer is not None and trainer.training:
-            return self._input_pipeline.wrap(dataloader)  # type: ignore[arg-type]
-        return dataloader
-
-    @property
-    def input_pipeline(self) -> Any:
-        """The :class:`~rocmtrain.strategies.input_pipeline.InputPipeline` of the last ``fit``
-        (detached but kept after teardown, for its counters), or ``None`` (``pipeline`` off, or a
-        module that drives TorchRec's pipeline itself)."""
-        return self._input_pipeline
-
-    @override
-    def configure_ddp(self) -> None:  # DMP wraps the dense part in DDP itself
-        assert self.model is not None
-        self.model = self._setup_model(self.model)
+        ddp = dict(self._dmp_ddp_kwargs)
+        direct = {k: ddp.pop(k) for k in _DDP_WRAPPER_KEYS if k in ddp}
+        return DefaultDataParallelWrapper(**direct, ddp_kwargs=ddp or None)
 
     @property
     def dmp(self) -> DistributedModelParallel:
@@ -420,9 +436,11 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
         return self._dmp
 
     @property
-    def sharding_plan(self) -> ShardingPlan | None:
-        """The plan in use (after ``setup``)."""
-        return self._plan
+    def input_pipeline(self) -> Any:
+        """The :class:`~rocmtrain.strategies.input_pipeline.InputPipeline` of the last ``fit``
+        (detached but kept after teardown, for its counters), or ``None`` (``pipeline`` off, or a
+        module that drives TorchRec's pipeline itself)."""
+        return self._input_pipeline
 
     def make_train_pipeline(
         self, optimizer: torch.optim.Optimizer, *, kind: str | None = None, **kwargs: Any
@@ -438,18 +456,205 @@ class TorchRecStrategy(ShardingPlanMixin, ShardedCheckpointMixin, RankLifecycleM
         whose ``training_step(self, dataloader_iter)`` calls ``pipeline.progress(...)``; without
         ``custom_model_fwd`` the module's ``forward(batch)`` must return ``(loss, outputs)``.
         """
+        from rocmtrain.strategies.pipelines import train_pipeline
+
         kind = kind or ("semi_sync" if self._pipeline == "semi_sync" else "sparse_dist")
         check_choice("kind", kind, ("sparse_dist", "semi_sync"))
         if kind == "semi_sync":
-            from rocmtrain.strategies.pipelines import semi_sync_pipeline
-
             kwargs.setdefault("start_batch", self._semi_sync_start_batch)
-            return semi_sync_pipeline(self.dmp, optimizer, self.root_device, **kwargs)
-        from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+        return train_pipeline(self.dmp, optimizer, self.root_device, kind=kind, **kwargs)
 
-        return TrainPipelineSparseDist(self.dmp, optimizer, self.root_device, **kwargs)
+    # -- training: the input pipeline and the fault guard's heartbeats ---------------------------
+    @override
+    def process_dataloader(self, dataloader: object) -> object:
+        trainer = self._trainer()
+        if trainer is None or not trainer.training:
+            return dataloader
+        if self._input_pipeline is not None:
+            dataloader = self._input_pipeline.wrap(dataloader)
+        module = self.lightning_module
+        if self._guard is not None and not getattr(module, "calls_model_itself", False):
+            dataloader = self._guard.watch(dataloader, trainer)  # type: ignore[arg-type]
+        return dataloader
 
-    # -- registry --------------------------------------------------------------------------------
+    @override
+    def on_train_start(self) -> None:
+        super().on_train_start()
+        trainer = self._trainer()
+        if self._guard is not None and trainer is not None:
+            self._guard.on_train_start(trainer.global_step)
+
+    @override
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        super().on_train_batch_start(batch, batch_idx)
+        trainer = self._trainer()
+        self._beat("train_batch", trainer.global_step if trainer is not None else None)
+
+    @override
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        module = self.lightning_module
+        if getattr(module, "calls_model_itself", False):  # e.g. a TrainPipelineSemiSync step
+            assert module is not None
+            with self.precision_plugin.train_step_context():
+                out = module.training_step(*args, **kwargs)
+            self._step_boundary()  # the module fetched and stepped itself: the step is done
+            return out
+        pipe = self._input_pipeline
+        if pipe is None:
+            return super().training_step(*args, **kwargs)
+        pipe.before_step()
+        try:
+            return super().training_step(*args, **kwargs)
+        finally:
+            pipe.after_step()
+
+    @override
+    def backward(self, closure_loss: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if self._input_pipeline is not None:
+            self._input_pipeline.before_backward()  # the next batch's all-to-all under this one
+        self._beat("backward")
+        out = super().backward(closure_loss, *args, **kwargs)
+        self._beat("after_backward")
+        return out
+
+    @override
+    def optimizer_step(self, optimizer: Any, closure: Any, model: Any = None, **kwargs: Any) -> Any:
+        # the closure runs training_step and backward first; their beats name those phases
+        def closure_then_beat() -> Any:
+            out = closure()
+            self._beat("optimizer_step")
+            return out
+
+        return super().optimizer_step(optimizer, closure_then_beat, model, **kwargs)
+
+    @override
+    def on_train_end(self) -> None:
+        self._step_boundary()  # the last step: no next batch closes it
+        super().on_train_end()
+
+    @override
+    def on_validation_start(self) -> None:
+        super().on_validation_start()
+        self._beat("validation_start")
+
+    @override
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        self._beat("validation")
+        return super().validation_step(*args, **kwargs)
+
+    @override
+    def on_validation_end(self) -> None:
+        super().on_validation_end()
+        self._beat("validation_end")
+
+    @override
+    def barrier(self, *args: Any, **kwargs: Any) -> None:
+        self._beat("barrier")  # a hang report names the collective a rank waits in
+        super().barrier(*args, **kwargs)
+
+    @override
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        self._beat("broadcast")
+        return super().broadcast(obj, src)
+
+    def _beat(self, phase: str, step: int | None = None) -> None:
+        if self._guard is not None:
+            self._guard.beat(phase, step)
+
+    def _step_boundary(self) -> None:
+        trainer = self._trainer()
+        if self._guard is not None and trainer is not None:
+            self._guard.step_boundary(trainer)
+
+    def _trainer(self) -> pl.Trainer | None:
+        module = self.lightning_module
+        return getattr(module, "_trainer", None) if module is not None else None
+
+    # -- checkpoints: sharded state (:mod:`rocmtrain.strategies.checkpointing`) -----------------
+    @property
+    @override
+    def restore_checkpoint_after_setup(self) -> bool:
+        return True  # shards must exist before loading into them
+
+    @override
+    def lightning_module_state_dict(self) -> dict[str, Any]:
+        assert self.lightning_module is not None
+        return self.lightning_module.state_dict()
+
+    @override
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None
+    ) -> None:
+        """Collective: every rank calls it (Lightning's ``trainer.save_checkpoint`` does)."""
+        self._beat("checkpoint")  # the watchdog allows checkpoint_timeout_seconds for it
+        checkpointing.save_sharded_checkpoint(
+            self.dmp,
+            checkpoint,
+            Path(filepath),
+            rank=self.global_rank,
+            world_size=self.world_size,
+            barrier=self.barrier,
+        )
+
+    @override
+    def load_checkpoint(
+        self, checkpoint_path: Any, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        assert self.lightning_module is not None
+        return checkpointing.load_sharded_checkpoint(
+            self.dmp,
+            self.lightning_module,
+            Path(checkpoint_path),
+            trainer=self.lightning_module.trainer,
+            rank=self.global_rank,
+            world_size=self.world_size,
+        )
+
+    @override
+    def load_model_state_dict(self, checkpoint: Any, strict: bool = True) -> None:
+        pass  # loaded into the shards in load_checkpoint
+
+    @override
+    def remove_checkpoint(self, filepath: Any) -> None:
+        checkpointing.remove_checkpoint(Path(filepath), rank=self.global_rank)
+
+    # -- the end ---------------------------------------------------------------------------------
+    @override
+    def on_exception(self, exception: BaseException) -> None:
+        super().on_exception(exception)
+        if self._guard is not None:
+            self._guard.on_exception(exception, self.global_rank)
+        if isinstance(exception, Exception):
+            lifecycle.end_launched_ranks(self.launcher)
+
+    @override
+    def teardown(self) -> None:
+        """Finish the guard, restore the environment and release the plugins; the module stays
+        where it is.
+
+        Lightning's strategies move the module (and the optimizer state) to the CPU here. For a
+        sharded recommender that is a copy of every table shard into host memory, slow for
+        large tables and a host OOM for tables larger than the host's RAM. The shards stay on
+        their devices instead (``del`` the module to free them); the rest of Lightning's
+        teardown runs as usual.
+        """
+        if self._guard is not None:
+            self._guard.finish()
+        if self._input_pipeline is not None:
+            self._input_pipeline.detach()  # the modules get their own forward back
+        self._env.restore()
+        module = self.lightning_module
+        if self.model is not module and module is not None:
+            self.model = module  # unwrap DistributedModelParallel
+        if self._layer_sync is not None and self.model is not None:
+            self.model = self._layer_sync.revert(self.model)
+        assert self.cluster_environment is not None
+        self.cluster_environment.teardown()
+        self.precision_plugin.teardown()
+        assert self.accelerator is not None
+        self.accelerator.teardown()
+        self.checkpoint_io.teardown()
+
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: Any) -> None:

@@ -9,6 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from rocmtrain.comms.rccl import Platform, apply_rccl_config, plan_rccl_env
+from rocmtrain.config import ConfigError
 from rocmtrain.config.rccl import RcclConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,12 +37,12 @@ def test_fields_map_to_real_names_canonically() -> None:
                    "NCCL_SOCKET_IFNAME": "^lo"}  # fmt: skip
 
 
-def test_invalid_values_fail_before_launch_with_field_value_and_allowed_set() -> None:
-    cfg = RcclConfig(protocol="LL,Fast", algorithm="Ring,Star", min_channels=64, max_channels=8,
-                     override_protocol="LL,Simple", debug="LOUD",
-                     extra_env={"NCCL_PROTO": "LL"})  # fmt: skip
-    with pytest.raises(ValueError) as exc:
-        plan_rccl_env(cfg, plat=ROCM_NEW)
+def test_invalid_values_fail_at_construction_with_field_value_and_allowed_set() -> None:
+    with pytest.raises(ConfigError) as exc:
+        RcclConfig(protocol="LL,Fast", algorithm="Ring,Star", min_channels=64, max_channels=8,
+                   override_protocol="LL,Simple", debug="LOUD",
+                   extra_env={"NCCL_PROTO": "LL"})  # fmt: skip
+    assert exc.value.field == "rccl.protocol"
     msg = str(exc.value)
     for part in ["rccl.protocol='LL,Fast': unknown token 'Fast'", "LL, LL128, Simple",
                  "rccl.algorithm='Ring,Star'", "rccl.min_channels=64 > rccl.max_channels=8",
@@ -51,10 +52,12 @@ def test_invalid_values_fail_before_launch_with_field_value_and_allowed_set() ->
         assert part in msg, part
 
 
-def test_wrong_types_from_a_plain_mapping() -> None:
-    with pytest.raises(ValueError, match=r"rccl.min_channels='many': expected int"):
+def test_wrong_types_and_unknown_keys_from_a_plain_mapping() -> None:
+    with pytest.raises(ConfigError, match=r"min_channels.*many"):
         plan_rccl_env({"min_channels": "many"}, plat=CPU)
-    with pytest.raises(ValueError, match=r"unknown field\(s\) \['protocl'\]"):
+    with pytest.raises(ConfigError, match=r"min_channels='many': expected int"):
+        RcclConfig(min_channels="many")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"protocl"):
         plan_rccl_env({"protocl": "LL"}, plat=CPU)
 
 

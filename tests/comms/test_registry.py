@@ -93,3 +93,13 @@ def test_nvidia_build_and_near_misses() -> None:
     assert {x.name for x in check_environment({"HSA_OVERRIDE_GFX_VERSION": "9.4.2"})} == {
         "HSA_OVERRIDE_GFX_VERSION"
     }
+
+
+def test_every_env_mapped_rccl_field_has_a_registry_row() -> None:
+    from rocmtrain.comms.rccl import COLLECTIVE_FIELDS, PG_FIELDS
+    from rocmtrain.config.rccl import env_fields
+
+    mapped = env_fields()
+    assert mapped == {**COLLECTIVE_FIELDS, **PG_FIELDS}  # the tables are derived, not kept
+    missing = {name: env for name, env in mapped.items() if lookup(env) is None}
+    assert not missing, f"add a row to comms/registry.py for {missing}"

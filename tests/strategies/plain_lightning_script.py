@@ -67,6 +67,14 @@ class TinyRec(pl.LightningModule):
         return torch.optim.Adam(self.head.parameters(), lr=0.05)
 
 
+class UserCallback(pl.Callback):
+    """The user's own callback: after fit the trainer's list holds it and Lightning's, no more."""
+
+
+def _names(callbacks: list) -> list[str]:
+    return [f"{type(c).__module__}.{type(c).__qualname__}" for c in callbacks]
+
+
 def _record_group_at_exit(out: str, rank: list[int]) -> None:
     """Runs after the strategy's exit handler (registered later, so run first): is the process
     group still alive when the interpreter starts its teardown?"""
@@ -103,7 +111,9 @@ def main() -> None:
         logger=False,
         enable_checkpointing=False,
         enable_model_summary=False,
+        callbacks=[UserCallback()],
     )
+    callbacks_before = _names(trainer.callbacks)
     try:
         trainer.fit(model, loader)
     finally:
@@ -127,6 +137,8 @@ def main() -> None:
         plan=plan,
         local_shards=local,
         losses=model.losses,
+        callbacks_before=callbacks_before,
+        callbacks_after=_names(trainer.callbacks),
     )
     with open(f"{out}.rank{trainer.global_rank}", "w") as f:
         json.dump(result, f)

@@ -46,6 +46,11 @@ def test_plain_lightning_script_swaps_the_strategy_in(tmp_path, strategy):
     for r, res in enumerate(ranks):
         assert res["rank"] == r and res["world_size"] == 2
         assert res["strategy"] == "TorchRecStrategy"
+        # the strategy's protection is its own object: the trainer's callbacks are the user's
+        # and Lightning's, as before fit, with nothing of rocmtrain's added (or left behind)
+        assert res["callbacks_after"] == res["callbacks_before"], res["callbacks_after"]
+        assert any(name.endswith("UserCallback") for name in res["callbacks_after"])
+        assert not any(name.startswith("rocmtrain.") for name in res["callbacks_after"])
         assert all(kind == "table_wise" and len(rs) == 1 for kind, rs in res["plan"].values())
         # this rank materialised only its own tables: the others have no local shard
         own = {t for t, (_, rs) in res["plan"].items() if rs == [r]}
