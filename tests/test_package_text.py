@@ -1,4 +1,4 @@
-"""The package's docs and comments state rules and their reasons, not a work log (issue #39).
+"""The package's docs and comments state rules and their reasons, not a work log.
 
 Measurements and the dates they were taken live in ``scripts/bench/`` (results folders and
 ``BENCHMARKS.md``, section "Records kept from the package docs"); ``rocmtrain/**/*.py`` and
@@ -10,9 +10,8 @@ Allow-list rule: an entry names the file, the exact text and why that text is no
 measurement or a work-log note. Allowed are (a) a sample of a program's output whose format
 includes a timestamp, and (b) the version of a cited source where the source itself is only
 identified by its date (a ROCm fact keeps its source and version; the date the fact was checked is
-a measurement date and goes). (c) lists text in folders another branch is rewriting, kept only
-until that branch lands; the measurement is already copied to BENCHMARKS.md. An entry whose text
-is gone fails too, so the list never outlives its reason.
+a measurement date and goes). An entry whose text is gone fails too, so the list never outlives
+its reason.
 """
 
 from __future__ import annotations
@@ -39,18 +38,12 @@ WORK_LOG = re.compile(
     re.IGNORECASE,
 )
 
-#: (path under rocmtrain/, exact text on the line, why it is allowed: rule (a), (b) or (c))
+#: (path under rocmtrain/, exact text on the line, why it is allowed: rule (a) or (b))
 ALLOWED: tuple[tuple[str, str, str], ...] = (
     (
         "faults/HANGS.md",
         "declared by rank 1 at 2026-11-30T08:49:17+0000",
         "(a) a sample hang report: its header line carries the time the stall was declared",
-    ),
-    (
-        "strategies/recat_cache.py",
-        "0.0 after, 2026-12-03",
-        "(c) strategies/ is rewritten on the issue-39 strategy branch; the measurement is "
-        "copied to BENCHMARKS.md (Recat cache on one H200)",
     ),
 )
 
