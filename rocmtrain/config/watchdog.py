@@ -1,7 +1,7 @@
 """Watchdog + faults schema (Hydra group ``watchdog``; presets in ``configs/watchdog/``).
 
 Consumed by :class:`rocmtrain.faults.guard.FaultGuard` (the strategy's) and
-:func:`rocmtrain.faults.watchdog.build_callbacks` (other strategies). The process-group timeouts and the
+:func:`rocmtrain.faults.watchdog.fault_callbacks` (other strategies). The process-group timeouts and the
 flight-recorder settings are *not* here: they live in :class:`rocmtrain.config.rccl.RcclConfig`
 (``init_timeout_seconds``, ``train_timeout_seconds``, ``flight_recorder_*``), which the watchdog
 reads. ``python -m rocmtrain watchdog=strict watchdog.hang_timeout_seconds=120 ...``.

@@ -17,7 +17,7 @@ A step is complete when the next batch is fetched (Lightning has then run every 
 step, validation included, and the data position counts exactly the batches trained on), or,
 for a module that drives its own pipeline, when its ``training_step`` returns; the guard acts
 once per completed optimizer step, whichever comes first. The same pieces serve plain
-Lightning strategies as callbacks (:func:`rocmtrain.faults.watchdog.build_callbacks`).
+Lightning strategies as callbacks (:func:`rocmtrain.faults.watchdog.fault_callbacks`).
 """
 
 from __future__ import annotations

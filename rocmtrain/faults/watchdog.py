@@ -490,10 +490,11 @@ class Watchdog:
         os._exit(code)
 
 
-def build_callbacks(
+def fault_callbacks(
     watchdog_cfg: Any, rccl_cfg: Any, run_dir: str | os.PathLike[str]
 ) -> list[pl.Callback]:
-    """The Lightning callbacks of the watchdog area, in the order they must run.
+    """The fault guard as Lightning callbacks, for a strategy other than ``TorchRecStrategy``
+    (which drives its own guard), in the order they must run.
 
     ``ErrorHintCallback`` (hints first, before anything may exit), ``WatchdogCallback``
     (heartbeats + hang report), ``TwoPhaseTimeoutCallback`` (after step 1: barrier + short PG
@@ -524,3 +525,18 @@ def build_callbacks(
     if cfg.preemption:
         callbacks.append(PreemptionCallback(cfg, run_dir))
     return callbacks
+
+
+def build_callbacks(
+    watchdog_cfg: Any, rccl_cfg: Any, run_dir: str | os.PathLike[str]
+) -> list[pl.Callback]:
+    """Deprecated name of :func:`fault_callbacks` (``rocmtrain.callbacks.build_callbacks`` builds
+    the run's training callbacks)."""
+    import warnings
+
+    warnings.warn(
+        "rocmtrain.faults.watchdog.build_callbacks is now fault_callbacks",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return fault_callbacks(watchdog_cfg, rccl_cfg, run_dir)

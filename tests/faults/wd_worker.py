@@ -212,7 +212,7 @@ def start_timeouts(run_dir: Path):  # noqa: ANN201
 
 
 def lightning_main(rank: int, world: int, port: int, run_dir: str, opts: dict) -> None:
-    """A 2-rank Lightning DDP fit (gloo) with ``build_callbacks``; ``opts['fault']``:
+    """A 2-rank Lightning DDP fit (gloo) with ``fault_callbacks``; ``opts['fault']``:
     ``stall`` (rank ``fault_rank`` sleeps inside training_step of step ``fault_step``) or
     ``raise`` (it raises a real-format HIP OOM error there)."""
     import os
@@ -239,7 +239,7 @@ def lightning_main(rank: int, world: int, port: int, run_dir: str, opts: dict) -
 
     from rocmtrain.config.rccl import RcclConfig
     from rocmtrain.config.watchdog import WatchdogConfig
-    from rocmtrain.faults.watchdog import build_callbacks
+    from rocmtrain.faults.watchdog import fault_callbacks
 
     torch.set_num_threads(1)
     fault, fault_rank, fault_step = (
@@ -283,7 +283,7 @@ def lightning_main(rank: int, world: int, port: int, run_dir: str, opts: dict) -
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=build_callbacks(wcfg, rccl, Path(run_dir)),
+        callbacks=fault_callbacks(wcfg, rccl, Path(run_dir)),
         default_root_dir=run_dir,
     )
     trainer.fit(Tiny())
