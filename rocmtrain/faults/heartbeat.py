@@ -260,7 +260,7 @@ class WatchdogCallback(pl.Callback):
     """Lightning hooks → heartbeats (one phase per hook); starts the watchdog in ``setup('fit')``.
 
     ``start_watchdog(rank, world_size)`` returns a started :class:`rocmtrain.faults.watchdog.Watchdog`
-    (``build_callbacks`` passes it; kept as a callable so this module does not import the watchdog).
+    (``fault_callbacks`` passes it; kept as a callable so this module does not import the watchdog).
     """
 
     def __init__(self, start_watchdog: Callable[[int, int], Any]) -> None:

@@ -30,7 +30,7 @@ Without Lightning::
             wd.step_done()
 
 With ``TorchRecStrategy``: nothing to add, the strategy drives a
-:class:`rocmtrain.faults.guard.FaultGuard`. With another Lightning strategy: :func:`build_callbacks`
+:class:`rocmtrain.faults.guard.FaultGuard`. With another Lightning strategy: :func:`fault_callbacks`
 (heartbeats in the hooks, two-phase timeouts, preemption, error hints). Design notes and the report format: ``rocmtrain/faults/HANGS.md``.
 """
 

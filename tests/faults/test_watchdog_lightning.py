@@ -1,4 +1,4 @@
-"""build_callbacks inside a real 2-rank Lightning DDP fit (gloo): a rank stalled in training_step
+"""fault_callbacks inside a real 2-rank Lightning DDP fit (gloo): a rank stalled in training_step
 is named with its step and phase, and every rank exits 75; a rank that raises a real-format HIP OOM
 gets the hint and the other rank leaves with 1 (a requeue would not fix it), both within seconds."""
 
