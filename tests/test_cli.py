@@ -318,6 +318,8 @@ def test_every_group_option_composes():
             overrides = [f"{group_dir.name}={option.stem}"]
             if group_dir.name == "data" and option.stem != "synthetic":
                 overrides.append("data.path=/data/criteo")  # a path is all those options need
+            if group_dir.name == "cluster" and option.stem.endswith("apptainer"):
+                overrides.append("cluster.container.image=/shared/rocmtrain.sif")  # its ???
             cfg = compose("dlrm_cpu", *overrides)
             validate_run_config(cfg)
 

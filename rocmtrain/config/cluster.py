@@ -221,6 +221,9 @@ class ClusterConfig:
     container: ContainerConfig = field(default_factory=ContainerConfig)
     """Run each rank in a container image (Apptainer or pyxis); default: no container."""
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the field, the bad value and the fix."""
         check_choice("cluster.kind", self.kind, KINDS)

@@ -160,8 +160,17 @@ class DataConfig:
     base_ctr: float = 0.25
     """Synthetic only: mean click rate (the hidden bias is calibrated to it; Criteo's is ~0.25)."""
 
+    def __post_init__(self) -> None:
+        self.validate_values()
+
     def validate(self) -> None:
         """Check values and files; raise :class:`DataConfigError` naming field, value and fix."""
+        self.validate_values()
+        self.validate_files()
+
+    def validate_values(self) -> None:
+        """The values alone (at construction): a config may name files that exist only where
+        the run starts, so :meth:`validate_files` runs when the data are built."""
         if self.kind not in DATA_KINDS:
             _fail("kind", self.kind, f"choose one of {', '.join(DATA_KINDS)}")
         positive = {"batch_size": self.batch_size}
@@ -237,6 +246,9 @@ class DataConfig:
                 f"data.kind={self.kind} reads files: set data.path=/path/to/criteo "
                 "(or use data=synthetic)",
             )
+
+    def validate_files(self) -> None:
+        """The files named exist (when the data are built)."""
         for name in ("path", "val_path"):
             value = getattr(self, name)
             if value is not None and not Path(value).expanduser().exists():

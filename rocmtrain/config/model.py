@@ -140,6 +140,9 @@ class ModelConfig:
         cap = self.max_rows_per_table
         return [min(n, cap) if cap else n for n in self.num_embeddings_per_feature]
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> None:
         """Raise :class:`ConfigError` for an unusable value (field, value and fix named)."""
         check_choice("model.interaction", self.interaction, INTERACTIONS)

@@ -187,7 +187,8 @@ def validate_run_config(cfg: RunConfig) -> None:
                 f"kernel={cfg.kernel} supports {', '.join(ours)}; use "
                 "model.embedding_optimizer=rowwise_adagrad or kernel=fbgemm",
             )
-    cfg.model.validate()  # trainer, strategy, checkpoint, rccl and watchdog did when built
+    # each group (model, data, cluster, trainer, strategy, checkpoint, rccl, watchdog) checked
+    # its own values when it was built; what is left spans groups
     names = {f"t_cat_{i}" for i in range(cfg.model.num_features)}
     unknown = sorted(set(cfg.strategy.per_table_sharding) - names)
     if unknown:

@@ -69,7 +69,7 @@ def build_datamodule(
     Raises:
         DataConfigError: a bad value or a missing file; the message names the field and the fix.
     """
-    data_cfg.validate()
+    data_cfg.validate_files()  # its values were checked when it was built
     rows = [int(n) for n in num_embeddings_per_feature]
     feature_keys(len(rows))  # checks 1 <= F <= 26
     for f, n in enumerate(rows):

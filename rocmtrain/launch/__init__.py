@@ -51,7 +51,6 @@ def maybe_submit(cfg: Any, overrides: list[str]) -> int | None:
     Returns the exit code when it submitted or printed; None when this process should train here
     (``cluster.kind == "local"``, or already a rank inside the Slurm job).
     """
-    cfg.cluster.validate()
     if cfg.cluster.kind != "slurm" or in_slurm_step():
         return None
     from rocmtrain.launch import slurm

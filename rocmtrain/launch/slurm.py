@@ -149,8 +149,7 @@ def build_spec(
     Every rank runs ``<python> -m rocmtrain <overrides> trainer.num_nodes=N trainer.devices=T
     run_dir=<run_root>/<job>-<SLURM_JOB_ID>`` (``program`` replaces ``python -m rocmtrain``).
     """
-    c = cfg.cluster
-    c.validate()
+    c = cfg.cluster  # validated when it was built
     nodes, ntasks, gpus = job_shape(cfg)
     base = Path(c.chdir or workdir or os.getcwd()).resolve()
     name = c.job_name or f"rocmtrain-{cfg.recipe}"

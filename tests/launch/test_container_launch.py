@@ -201,9 +201,8 @@ def test_job_folder_a_mount_list_cannot_carry_is_refused(tmp_path: Path) -> None
     ],
 )
 def test_container_config_errors_name_field_value_and_fix(container, field, match) -> None:
-    c = ClusterConfig(kind="slurm", container=ContainerConfig(**container))
-    with pytest.raises(ConfigError, match=match) as err:
-        c.validate()
+    with pytest.raises(ConfigError, match=match) as err:  # at construction
+        ClusterConfig(kind="slurm", container=ContainerConfig(**container))
     assert err.value.field == field and str(err.value).startswith(f"{field}=")
 
 
