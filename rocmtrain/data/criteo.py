@@ -36,10 +36,10 @@ from torchrec.datasets.utils import Batch
 from rocmtrain.config.data import DataConfig, DataConfigError
 from rocmtrain.data.batch import generator, make_batch
 from rocmtrain.data.criteo_files import CriteoRows, read_criteo_npy, read_criteo_text
-from rocmtrain.data.loader import RowLayout, epoch_order
+from rocmtrain.data.loader import LaidOutSource, RowLayout, epoch_order
 
 
-class CriteoSource:
+class CriteoSource(LaidOutSource):
     """This rank's batches of a row range of :class:`CriteoRows` (a ``BatchSource``)."""
 
     def __init__(
@@ -71,34 +71,19 @@ class CriteoSource:
             world_size=world_size,
             drop_last=drop_last,
         )
-        self.slices = self.layout.base
-        if not self.slices and drop_last:
+        if not self.layout.base and drop_last:
             raise DataConfigError(
                 f"data.batch_size={batch_size} is invalid for the {split} split: it has "
                 f"{self.num_rows} rows, fewer than one batch on each of {world_size} ranks; "
                 f"lower data.batch_size, set data.drop_last=false, or give more rows"
             )
-        if not self.slices:
+        if not self.layout.base:
             fix = "raise data.val_fraction or set data.val_path" if split == "val" else "give more"
             raise DataConfigError(
                 f"data.path: the {split} split has {self.num_rows} rows, fewer than the "
                 f"{world_size} ranks that each need one; {fix} rows"
             )
         self._order: tuple[int, torch.Tensor] | None = None
-
-    def __len__(self) -> int:
-        return len(self.slices)
-
-    # the row order of an epoch does not depend on the world size: a resumed epoch is the rest
-    # of that order from the saved global sample count (rocmtrain.data.loader.RowLayout)
-    def samples_before(self, epoch: int, batch: int) -> int:
-        return self.layout.samples_before(epoch, batch)
-
-    def resumed(self, epoch: int) -> dict[str, bool]:
-        return {"resumed": self.layout.slices(epoch) is not self.layout.base}
-
-    def resume(self, epoch: int, samples: int, state: dict) -> int:
-        return self.layout.resume(epoch, samples)
 
     def positions(self, epoch: int, index: int) -> np.ndarray:
         """Global row numbers of batch ``index`` of ``epoch`` on this rank."""

@@ -43,7 +43,7 @@ from torchrec.datasets.utils import Batch
 
 from rocmtrain.config.data import DataConfig, DataConfigError
 from rocmtrain.data.batch import generator, make_batch_from_values
-from rocmtrain.data.loader import RowLayout
+from rocmtrain.data.loader import LaidOutSource, RowLayout
 from rocmtrain.data.multihot_files import (
     MultiHotDay,
     check_features,
@@ -229,7 +229,7 @@ class WindowedOrder:
         return np.concatenate(parts) if len(parts) != 1 else parts[0]
 
 
-class MultiHotSource:
+class MultiHotSource(LaidOutSource):
     """This rank's batches of a row range of :class:`MultiHotRows` (a ``BatchSource``)."""
 
     def __init__(
@@ -262,8 +262,7 @@ class MultiHotSource:
             self.num_rows, batch_size=batch_size, rank=rank, world_size=world_size,
             drop_last=drop_last,
         )  # fmt: skip
-        self.slices = self.layout.base
-        if not self.slices:
+        if not self.layout.base:
             fix = "lower data.batch_size or give more rows" + (
                 ", or set data.drop_last=false" if drop_last else ""
             )
@@ -284,20 +283,6 @@ class MultiHotSource:
         self.reader = (
             ThreadedReader(self, threads=read_threads, pin=pin) if read_threads > 0 else None
         )
-
-    def __len__(self) -> int:
-        return len(self.slices)
-
-    # the row order of an epoch does not depend on the world size: a resumed epoch is the rest
-    # of that order from the saved global sample count (rocmtrain.data.loader.RowLayout)
-    def samples_before(self, epoch: int, batch: int) -> int:
-        return self.layout.samples_before(epoch, batch)
-
-    def resumed(self, epoch: int) -> dict[str, bool]:
-        return {"resumed": self.layout.slices(epoch) is not self.layout.base}
-
-    def resume(self, epoch: int, samples: int, state: dict) -> int:
-        return self.layout.resume(epoch, samples)
 
     def positions(self, epoch: int, index: int) -> np.ndarray:
         """Global row numbers of batch ``index`` of ``epoch`` on this rank, sorted (the order

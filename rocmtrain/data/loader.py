@@ -256,6 +256,27 @@ class RowLayout:
         return first
 
 
+class LaidOutSource:
+    """The epoch bookkeeping of a batch source that reads rows by a :class:`RowLayout`
+    (``self.layout``): its length and the resume protocol of :class:`PositionedLoader`. The
+    row order of an epoch does not depend on the world size, so a resumed epoch is the rest of
+    that order from the saved global sample count."""
+
+    layout: RowLayout
+
+    def __len__(self) -> int:
+        return len(self.layout)
+
+    def samples_before(self, epoch: int, batch: int) -> int:
+        return self.layout.samples_before(epoch, batch)
+
+    def resumed(self, epoch: int) -> dict[str, bool]:
+        return {"resumed": self.layout.slices(epoch) is not self.layout.base}
+
+    def resume(self, epoch: int, samples: int, state: dict) -> int:
+        return self.layout.resume(epoch, samples)
+
+
 def resumable(source: object) -> bool:
     """Whether ``source`` can continue an epoch begun on another world size."""
     return all(hasattr(source, a) for a in ("world_size", "samples_before", "resume", "resumed"))

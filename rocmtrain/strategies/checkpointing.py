@@ -20,6 +20,7 @@ import torch
 
 from rocmtrain import checkpoint as ckpt
 from rocmtrain import checkpoint_reshard as reshard
+from rocmtrain.strategies.deprecated import mixin_getattr
 
 if TYPE_CHECKING:  # torchrec is imported when a model is set up, not on `import rocmtrain`
     from collections.abc import Callable
@@ -113,21 +114,4 @@ def _set_kernel_step(optimizer: Any, step: int) -> None:
         _set_kernel_step(inner, step)
 
 
-_MOVED_INTO_STRATEGY = ("ShardedCheckpointMixin",)
-
-
-def __getattr__(name: str) -> object:
-    # The strategy was one class over mixins; their methods are now TorchRecStrategy's own.
-    if name in _MOVED_INTO_STRATEGY:
-        import warnings
-
-        from rocmtrain.strategies.torchrec import TorchRecStrategy
-
-        warnings.warn(
-            f"{__name__}.{name} is deprecated: TorchRecStrategy is one class now; subclass or "
-            "use rocmtrain.TorchRecStrategy instead",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return TorchRecStrategy
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = mixin_getattr(__name__, "ShardedCheckpointMixin")

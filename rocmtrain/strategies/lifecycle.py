@@ -16,6 +16,8 @@ from typing import Any
 
 from lightning_fabric.plugins.environments import LightningEnvironment
 
+from rocmtrain.strategies.deprecated import mixin_getattr
+
 
 def prepare_rank(
     cluster_environment: Any,
@@ -73,21 +75,4 @@ def stop_child_observer() -> None:
             thread._child_processes = []  # its next pass sees no child and ends  # type: ignore[attr-defined]
 
 
-_MOVED_INTO_STRATEGY = ("RankLifecycleMixin",)
-
-
-def __getattr__(name: str) -> object:
-    # The strategy was one class over mixins; their methods are now TorchRecStrategy's own.
-    if name in _MOVED_INTO_STRATEGY:
-        import warnings
-
-        from rocmtrain.strategies.torchrec import TorchRecStrategy
-
-        warnings.warn(
-            f"{__name__}.{name} is deprecated: TorchRecStrategy is one class now; subclass or "
-            "use rocmtrain.TorchRecStrategy instead",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return TorchRecStrategy
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = mixin_getattr(__name__, "RankLifecycleMixin")

@@ -17,6 +17,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rocmtrain.strategies.deprecated import mixin_getattr
+
 if TYPE_CHECKING:
     import pytorch_lightning as pl
     import torch.distributed as dist
@@ -207,21 +209,4 @@ def planner_batch(settings: PlanSettings, trainer: pl.Trainer | None, module: An
     return DEFAULT_PLANNER_BATCH
 
 
-_MOVED_INTO_STRATEGY = ("ShardingPlanMixin",)
-
-
-def __getattr__(name: str) -> object:
-    # The strategy was one class over mixins; their methods are now TorchRecStrategy's own.
-    if name in _MOVED_INTO_STRATEGY:
-        import warnings
-
-        from rocmtrain.strategies.torchrec import TorchRecStrategy
-
-        warnings.warn(
-            f"{__name__}.{name} is deprecated: TorchRecStrategy is one class now; subclass or "
-            "use rocmtrain.TorchRecStrategy instead",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return TorchRecStrategy
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = mixin_getattr(__name__, "ShardingPlanMixin")
