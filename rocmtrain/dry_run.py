@@ -67,7 +67,10 @@ def print_plan(cfg: RunConfig, overrides: list[str], where: Placement | None = N
     kind = strategy.pipeline_kind(cfg.trainer.accelerator)
     loop = {
         "sparse_dist": "rocmtrain input pipeline (TorchRec's sparse-dist schedule)",
-        "semi_sync": "TorchRec TrainPipelineSemiSync",
+        "semi_sync": (
+            "rocmtrain input pipeline, embedding work on a side stream (one step stale from "
+            f"batch {cfg.strategy.semi_sync_start_batch})"
+        ),
     }.get(kind or "", "plain Lightning loop")
     out.append(f"  train loop      {loop} (strategy.pipeline={cfg.strategy.pipeline})")
     out.append(

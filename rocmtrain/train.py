@@ -74,7 +74,7 @@ def run_training(cfg: RunConfig, where: Placement) -> dict[str, float]:
     run_dir = prepare_run_dir(cfg)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule = build_datamodule(cfg)
-    module = build_module(cfg, strategy)
+    module = build_module(cfg)
     trainer = build_trainer(cfg, run_dir, strategy=strategy, where=where)
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg))
@@ -148,14 +148,13 @@ def build_datamodule(cfg: RunConfig) -> pl.LightningDataModule:
     )
 
 
-def build_module(cfg: RunConfig, strategy: TorchRecStrategy) -> pl.LightningModule:
-    """``DLRMModule`` (the strategy pipelines its input itself), or ``PipelinedDLRMModule`` for
-    ``strategy.pipeline=semi_sync`` (TorchRec's TrainPipelineSemiSync owns the data iterator)."""
+def build_module(cfg: RunConfig) -> pl.LightningModule:
+    """``DLRMModule``: the strategy pipelines its input (and, for ``strategy.pipeline=semi_sync``,
+    its embedding work) itself."""
     from rocmtrain.config.schema import resolve_model_config
-    from rocmtrain.models.module import DLRMModule, PipelinedDLRMModule
+    from rocmtrain.models.module import DLRMModule
 
-    semi_sync = strategy.pipeline_kind(cfg.trainer.accelerator) == "semi_sync"
-    return (PipelinedDLRMModule if semi_sync else DLRMModule)(resolve_model_config(cfg))
+    return DLRMModule(resolve_model_config(cfg))
 
 
 def build_trainer(

@@ -143,6 +143,37 @@ def _union_ms(intervals: list[tuple[float, float]]) -> float:
     return total / 1e3
 
 
+EMBEDDING_WORK = (
+    "split_embedding",  # FBGEMM's TBE forward and backward (with its fused optimizer)
+    "bounds_check_indices",
+    "RadixSort",  # the TBE backward sorts the ids by row
+    "linearize",
+    "embedding_bag",
+    "tbe_",  # rocmtrain's Triton TBE
+)
+"""Substrings of the device work that belongs to the embedding side of a step; the rest is the
+dense side (GEMMs, elementwise, the dense optimizer, copies)."""
+
+
+def is_embedding_work(name: str) -> bool:
+    return any(part in name for part in EMBEDDING_WORK)
+
+
+def step_budget(inside: list[tuple[float, float, str]], wall_ms: float) -> dict[str, float]:
+    """A step's device time split four ways (ms): ``embedding`` and ``dense`` work (summed over
+    streams), ``overlap`` (time two streams ran at once: the sum minus the union), ``idle``
+    (wall minus the union)."""
+    emb = sum(b - a for a, b, name in inside if is_embedding_work(name)) / 1e3
+    dense = sum(b - a for a, b, name in inside if not is_embedding_work(name)) / 1e3
+    busy = _union_ms([(a, b) for a, b, _ in inside])
+    return {
+        "embedding_ms": emb,
+        "dense_ms": dense,
+        "overlap_ms": emb + dense - busy,
+        "idle_ms": max(wall_ms - busy, 0.0),
+    }
+
+
 def step_timeline(events: list) -> dict:
     """Per-step wall / device-busy time and host sync calls from ``prof.events()``.
 
@@ -160,12 +191,13 @@ def step_timeline(events: list) -> dict:
         (e for e in events if is_step(e) and e.device_type == DeviceType.CPU),
         key=lambda e: e.time_range.start,
     )
-    device = [(e.time_range.start, e.time_range.end) for e in device_work(events)]
+    device = [(e.time_range.start, e.time_range.end, e.name) for e in device_work(events)]
     syncs = [e for e in events if e.device_type == DeviceType.CPU and e.name in SYNC_CALLS]
     rows = []
     for i, st in enumerate(steps):
         a, b = st.time_range.start, st.time_range.end
-        inside = [(max(x, a), min(y, b)) for x, y in device if y > a and x < b]
+        named = [(max(x, a), min(y, b), n) for x, y, n in device if y > a and x < b]
+        inside = [(x, y) for x, y, _ in named]
         busy = _union_ms(inside)
         kernels = sum(y - x for x, y in inside) / 1e3  # overlapping streams count twice
         calls: dict[str, int] = {}
@@ -180,6 +212,7 @@ def step_timeline(events: list) -> dict:
                 "device_busy_ms": busy if device else None,
                 "device_busy_fraction": busy / wall if device and wall > 0 else None,
                 "device_kernel_ms": kernels if device else None,
+                "budget": step_budget(named, wall) if device else None,
                 "host_sync_calls": calls,
             }
         )
@@ -191,6 +224,11 @@ def step_timeline(events: list) -> dict:
         "mean_device_busy_ms": sum(r["device_busy_ms"] for r in rows) / n if have_device else None,
         "mean_device_kernel_ms": (
             sum(r["device_kernel_ms"] for r in rows) / n if have_device else None
+        ),
+        "mean_budget": (
+            {k: sum(r["budget"][k] for r in rows) / n for k in rows[0]["budget"]}
+            if have_device and rows
+            else None
         ),
         "mean_host_sync_calls": sum(sum(r["host_sync_calls"].values()) for r in rows) / n,
     }
@@ -209,9 +247,16 @@ def timeline_markdown(t: dict) -> str:
         if kern is not None
         else ""
     )
+    budget = t.get("mean_budget")
+    budget_s = (
+        "Step budget (ms): embedding {embedding_ms:.2f}, dense {dense_ms:.2f}, overlapped "
+        "{overlap_ms:.2f}, idle {idle_ms:.2f}.\n".format(**budget)
+        if budget
+        else ""
+    )
     return (
         f"Per recorded step: wall {t['mean_wall_ms']:.2f} ms, device busy {busy_s}, "
-        f"host-blocking sync calls {t['mean_host_sync_calls']:.1f}.{kern_s}\n"
+        f"host-blocking sync calls {t['mean_host_sync_calls']:.1f}.{kern_s}{budget_s}\n"
     )
 
 

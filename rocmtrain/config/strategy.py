@@ -57,10 +57,13 @@ class StrategyConfig:
     mean, the heaviest tables are split over all ranks, row-wise, or column-wise where the
     sharders offer no row-wise, and the rest placed table-wise by cost, until it is within)."""
     pipeline: str = "auto"
-    """Input-dist/compute overlap: ``sparse_dist`` (TorchRec TrainPipelineSparseDist, GPU),
-    ``semi_sync`` (TorchRec TrainPipelineSemiSync: the embedding lookup of batch i+1 overlaps
-    batch i's dense backward, so batch i+1 reads embeddings without batch i's update),
-    ``none`` (plain Lightning loop), ``auto`` (sparse_dist on GPU, none on CPU)."""
+    """What overlaps the step: ``sparse_dist`` (batch i+1's copy and input all-to-all under
+    batch i; exact), ``semi_sync`` (also the embedding work: batch i+1's lookup under batch i's
+    dense backward and batch i's embedding backward under batch i+1's dense forward, on a side
+    stream, so batch i+1 reads embeddings without batch i's update: TorchRec's semi-synchronous
+    training), ``none`` (plain Lightning loop), ``auto`` (sparse_dist on GPU, none on CPU).
+    A module that drives TorchRec's own pipeline classes gets them from
+    ``TorchRecStrategy.make_train_pipeline`` (``TrainPipelineSparseDist``/``SemiSync``)."""
     semi_sync_start_batch: int = 0
     """With ``pipeline=semi_sync``: batches trained fully synchronously before the one-step
     stale lookups start (TorchRec's own default is 900; a few hundred can help early NE)."""

@@ -18,12 +18,13 @@ import logging
 
 import torch
 from torch import nn
-from torchrec.models.dlrm import DLRM, DLRM_DCN
+from torchrec.models.dlrm import DLRM, DLRM_DCN, SparseArch
 from torchrec.modules.crossnet import LowRankCrossNet
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
 from rocmtrain.config import ConfigError
 from rocmtrain.config.model import ModelConfig
@@ -79,6 +80,7 @@ def build_dlrm(cfg: ModelConfig, *, dense_device: torch.device | None = None) ->
             compile_crossnet(model.inter_arch.crossnet, mode=cfg.compile_mode)
     else:
         model = DLRM(**common)
+    model.sparse_arch.__class__ = OrderedSparseArch
     if cfg.compile_dense:
         compile_dense(model, mode=cfg.compile_mode)
     return model
@@ -97,6 +99,31 @@ def compile_dense(model: nn.Module, *, mode: str = "default") -> None:
     """
     for part in (model.dense_arch, model.inter_arch, model.over_arch):
         part.forward = torch.compile(part.forward, dynamic=False, mode=mode)
+
+
+class OrderedSparseArch(SparseArch):
+    """TorchRec's ``SparseArch`` without its copy when the pooled embeddings are already in order.
+
+    ``SparseArch`` splits the collection's ``[B, F*D]`` output into one tensor per feature and
+    concatenates them back in its feature order: a full copy of the pooled embeddings in the
+    forward and another of their gradient in the backward. When the output's keys are already in
+    that order (always, for the collections :func:`build_dlrm` makes) the result is the same
+    tensor viewed as ``[B, F, D]``. Same parameters and state dict (the class of a built arch is
+    swapped); any other key order takes TorchRec's path.
+    """
+
+    def forward(self, features: KeyedJaggedTensor) -> torch.Tensor:
+        pooled = self.embedding_bag_collection(features)
+        return _in_feature_order(pooled, self.sparse_feature_names, self.F, self.D)
+
+
+@torch.fx.wrap  # one call in TorchRec's traced pipeline graph: the key check runs on real data
+def _in_feature_order(pooled: KeyedTensor, names: list[str], f: int, d: int) -> torch.Tensor:
+    """``pooled``'s values as ``[B, f, d]`` in the order ``names``: a view when already so."""
+    if list(pooled.keys()) == names:
+        return pooled.values().reshape(-1, f, d)
+    sparse = pooled.to_dict()
+    return torch.cat([sparse[name] for name in names], dim=1).reshape(-1, f, d)
 
 
 class AutocastResidualCrossNet(LowRankCrossNet):

@@ -22,7 +22,18 @@ own synchronous input dist, and a warning says so. Every rank runs the same code
 issues the same collectives in the same order.
 
 The math is untouched (the input dist only moves ids): pipelined and plain runs give bitwise the
-same losses. Batches reach ``on_before_batch_transfer`` already on the device. The loader is read
+same losses. With ``stale_after=n`` (``pipeline=semi_sync``) the embedding work itself overlaps the
+dense work, at the price of one step of staleness (TorchRec's semi-synchronous training)::
+
+    before_backward(k)             -> batch k+1's lookup, on the side stream: it reads the tables
+                                      before batch k's update (batches k >= n)
+    after_backward(k)              -> batch k's embedding backward and fused update, on the side
+                                      stream, from the gradient the dense backward left on the
+                                      pooled embeddings (a detached leaf)
+
+so on a GPU the lookup of k+1 runs under batch k's dense backward and batch k's embedding backward
+under batch k+1's dense forward. Batch k+1 sees the dense update of batch k but not its embedding
+update. The side stream keeps every table read and write in program order. Batches reach ``on_before_batch_transfer`` already on the device. The loader is read
 ahead of training (two batches on CPU ranks, as TorchRec's pipeline does; a few more on GPUs, where
 two background threads load and copy): a data position counted in ``on_before_batch_transfer``
 (``RecDataModule``) stays exact, a loader that counts the batches it hands out itself is that
@@ -59,6 +70,9 @@ class _Dist:
     splits: Any = None  # Awaitable[Awaitable[...]]: after the splits all-to-all was issued
     tensors: Any = None  # Awaitable[...]: after the tensors all-to-all was issued
     data: Any = None  # the distributed input (KJTList), on the dist stream
+    pooled: Any = None  # stale_after: the output looked up ahead, its values a detached leaf
+    source: Any = None  # ... and the lookup's own output, whose backward updates the tables
+    looked_up: Any = None  # event on the dist stream after the lookup (GPU)
 
 
 @dataclasses.dataclass
@@ -178,13 +192,20 @@ class InputPipeline:
     Args:
         model: the ``DistributedModelParallel`` (its top-level sharded modules are pipelined).
         device: the training device; on a GPU the copy and the input dist use two side streams.
+        stale_after: ``None``: every lookup reads the tables after the previous step's update
+            (exact). A step index ``n``: from batch ``n`` on, batch k+1 is looked up before batch
+            k's embedding update and the embedding work runs on the side stream, overlapping the
+            dense work (see the module docstring).
     """
 
     depth = 2
     """Batches fetched and copied ahead of the one being trained on."""
 
-    def __init__(self, model: nn.Module, device: torch.device) -> None:
+    def __init__(
+        self, model: nn.Module, device: torch.device, *, stale_after: int | None = None
+    ) -> None:
         self.device = device
+        self.stale_after = stale_after
         gpu = device.type == "cuda"
         self._copy_stream = torch.cuda.Stream(device, priority=-1) if gpu else None
         self.background = gpu
@@ -201,6 +222,10 @@ class InputPipeline:
         """Sharded-module calls served with an input distributed ahead (tests and reports)."""
         self.started_ahead = 0
         """Batches whose input dist started during the previous batch's step (the overlap)."""
+        self.looked_up_ahead = 0
+        """Sharded-module calls served with a lookup made during the previous step (stale_after)."""
+        self._step = -1  # index of the step being trained, in this fit
+        self._deferred: list[_Dist] = []  # this step's lookups whose backward runs after it
         self._attach()
 
     # -- set-up ----------------------------------------------------------------------------------
@@ -271,9 +296,20 @@ class InputPipeline:
         """Batch k's dist completes; batch k+1's starts (call before the training step)."""
         self._current = self._queue.popleft() if self._queue else None
         self._ready = {}
+        self._deferred = []
         if self._current is None:
             return
+        self._step += 1
         cur = self._current
+        if cur.dists and all(d.pooled is not None for d in cur.dists.values()):
+            self._use_looked_up(cur)
+        else:
+            self._use_distributed(cur)
+        self._ready = dict(cur.dists)
+        if self._queue:
+            self._start(self._queue[0], ahead=True)
+
+    def _use_distributed(self, cur: _Staged) -> None:
         self._start(cur)  # no-op when started in the previous step
         self._finish(cur)
         with _on(self._dist_stream):  # the distributed ids, before batch k+1's dist is queued
@@ -289,21 +325,99 @@ class InputPipeline:
             for d in cur.dists.values():
                 d.data.record_stream(stream)
                 d.ctx.record_stream(stream)
-        self._ready = dict(cur.dists)
-        if self._queue:
-            self._start(self._queue[0], ahead=True)
+
+    def _use_looked_up(self, cur: _Staged) -> None:
+        # the lookups' own events: the side stream may already hold the previous step's
+        # embedding backward, which this step's dense work must not wait for
+        if self._dist_stream is None:
+            return
+        stream = torch.cuda.current_stream(self.device)
+        stream.wait_event(cur.copied)
+        _record(cur.batch, stream)
+        for d in cur.dists.values():
+            stream.wait_event(d.looked_up)
+            d.pooled.values().record_stream(stream)
 
     def before_backward(self) -> None:
-        """Issue batch k+1's tensors all-to-all while batch k's backward runs."""
-        if self._queue:
-            nxt = self._queue[0]
-            self._start(nxt, ahead=True)  # paths may have been learned in this step's forward
-            self._finish(nxt)
+        """Issue batch k+1's tensors all-to-all while batch k's backward runs (and, for a stale
+        step, batch k+1's lookup: before batch k's embedding update is issued)."""
+        if not self._queue:
+            return
+        nxt = self._queue[0]
+        self._start(nxt, ahead=True)  # paths may have been learned in this step's forward
+        self._finish(nxt)
+        if self._stale_now():
+            self._look_up_ahead(nxt)
+
+    def after_backward(self) -> None:
+        """Batch k's embedding backward and fused update, from the gradients its dense backward
+        left on the pooled embeddings (side stream: overlaps the next step's dense work)."""
+        deferred, self._deferred = self._deferred, []
+        stream = self._dist_stream
+        pairs = []
+        for d in deferred:
+            leaf = d.pooled.values()
+            grad, leaf.grad = leaf.grad, None
+            if grad is None:  # the loss did not use these embeddings
+                continue
+            # on a GPU a copy, on this stream: a dense part replayed from a CUDA graph leaves its
+            # gradient in the graph's own buffer, which the next replay overwrites
+            pairs.append((d.source, grad.clone() if stream is not None else grad))
+        if not pairs:
+            return
+        if stream is not None:
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            for _, grad in pairs:
+                grad.record_stream(stream)
+        with _on(stream), torch.enable_grad():
+            torch.autograd.backward([out for out, _ in pairs], [grad for _, grad in pairs])
+
+    def settle(self) -> None:
+        """Make the current stream wait for the side stream's embedding work: call before
+        anything reads the tables outside the training step (validation, a checkpoint)."""
+        if self._dist_stream is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self._dist_stream)
 
     def after_step(self) -> None:
         """The training step returned: later forwards (validation) run unpipelined."""
         self._ready = {}
         self._current = None
+
+    def _stale_now(self) -> bool:
+        return self.stale_after is not None and self._step >= self.stale_after
+
+    def _look_up_ahead(self, staged: _Staged) -> None:
+        for name, d in staged.dists.items():
+            if d.pooled is None:
+                self._look_up(self._modules[name], d)
+                self.looked_up_ahead += 1
+
+    def _look_up(self, module: nn.Module, d: _Dist) -> None:
+        """``d``'s lookup on the side stream; the forward gets its values as a detached leaf."""
+        from torchrec.sparse.jagged_tensor import KeyedTensor
+
+        with _on(self._dist_stream), torch.enable_grad():
+            if d.data is None:
+                d.data = d.tensors.wait()
+            out = module.compute_and_output_dist(d.ctx, d.data)
+            out = out.wait() if hasattr(out, "wait") else out
+            if not isinstance(out, KeyedTensor):
+                raise TypeError(
+                    f"input pipeline: stale lookups need a module whose output is a KeyedTensor "
+                    f"(an EmbeddingBagCollection); {type(module).__name__} returns "
+                    f"{type(out).__name__}: use pipeline='sparse_dist' for this model"
+                )
+            leaf = out.values().detach().requires_grad_()
+            d.source = out.values()
+            d.pooled = KeyedTensor(
+                keys=out.keys(),
+                length_per_key=out.length_per_key(),
+                values=leaf,
+                key_dim=out.key_dim(),
+            )
+            if self._dist_stream is not None:
+                d.looked_up = torch.cuda.Event()
+                d.looked_up.record(self._dist_stream)
 
     def _start(self, staged: _Staged, *, ahead: bool = False) -> None:
         """Issue the splits all-to-all of every pipelined module's input (side stream)."""
@@ -346,6 +460,8 @@ class InputPipeline:
                 )
             elif name not in self._paths and self._current is not None:
                 self._learn(name, features, self._current.batch)
+            if self.stale_after is not None:
+                self.settle()  # this forward reads the tables on the current stream
             return original(*args, **kwargs)
 
         return forward
@@ -367,7 +483,15 @@ class InputPipeline:
 
     def _compute(self, module: nn.Module, d: _Dist) -> Any:
         self.overlapped_lookups += 1
-        return module.compute_and_output_dist(d.ctx, d.data)  # streams synced in before_step
+        if self.stale_after is None:
+            return module.compute_and_output_dist(d.ctx, d.data)  # streams synced in before_step
+        if d.pooled is None:  # not looked up ahead (a synchronous step): look it up now
+            self._look_up(module, d)
+            if self._dist_stream is not None:
+                torch.cuda.current_stream(self.device).wait_event(d.looked_up)
+                d.pooled.values().record_stream(torch.cuda.current_stream(self.device))
+        self._deferred.append(d)
+        return d.pooled
 
 
 @dataclasses.dataclass

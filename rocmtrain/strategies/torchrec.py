@@ -86,9 +86,9 @@ class TorchRecStrategy(DDPStrategy):
             (rocmtrain's TBE, ``EmbeddingComputeKernel.CUSTOMIZED_KERNEL``).
         pipeline: ``auto`` | ``sparse_dist`` | ``semi_sync`` | ``none``: whether the next batch's
             copy and input all-to-all overlap compute (``auto`` = on GPU; see
-            :attr:`uses_pipeline`); ``semi_sync`` also overlaps the embedding lookup of the next
-            batch with this batch's backward (one step stale; needs a module that drives
-            :meth:`make_train_pipeline`).
+            :attr:`uses_pipeline`); ``semi_sync`` also runs the embedding work on a side stream
+            under the dense work (batch i+1 looked up before batch i's embedding update: one step
+            stale; ``rocmtrain.strategies.input_pipeline``).
         semi_sync_start_batch: with ``pipeline="semi_sync"``, synchronous batches first.
         balance: ``off`` | ``report`` | ``auto``: per-rank lookup cost and memory of the plan
             (:attr:`balance_report`); ``auto`` replaces a plan more than 10 % off the mean by a
@@ -352,15 +352,6 @@ class TorchRecStrategy(DDPStrategy):
             self._guard.start(self.global_rank, self.world_size)
         drives_pipeline = getattr(self.lightning_module, "calls_model_itself", False)
         kind = self.pipeline_kind("gpu" if self.root_device.type == "cuda" else "cpu")
-        if kind == "semi_sync" and not drives_pipeline:
-            raise ConfigError(
-                "pipeline",
-                self._pipeline,
-                "TorchRec's TrainPipelineSemiSync owns the data iterator: it needs a "
-                "LightningModule that drives strategy.make_train_pipeline() itself "
-                "(calls_model_itself = True, e.g. rocmtrain.models.module.PipelinedDLRMModule); "
-                "use pipeline='sparse_dist' (any training_step) or 'none'",
-            )
         from rocmtrain.strategies import recat_cache
 
         recat_cache.install()  # the input dist's all-to-all permutation: no host sync per batch
@@ -369,10 +360,13 @@ class TorchRecStrategy(DDPStrategy):
         self.model_to_device()
         # Shard for every stage (not only fitting): the tables exist only as shards.
         self.model = self._setup_model(self.model)
-        if fitting and kind == "sparse_dist" and not drives_pipeline:
+        if fitting and kind is not None and not drives_pipeline:
             from rocmtrain.strategies.input_pipeline import InputPipeline
 
-            self._input_pipeline = InputPipeline(self._dmp, self.root_device)
+            stale_after = self._semi_sync_start_batch if kind == "semi_sync" else None
+            self._input_pipeline = InputPipeline(
+                self._dmp, self.root_device, stale_after=stale_after
+            )
         if fitting:
             self.setup_optimizers(trainer)
         self.setup_precision_plugin()
@@ -514,6 +508,8 @@ class TorchRecStrategy(DDPStrategy):
             self._input_pipeline.before_backward()  # the next batch's all-to-all under this one
         self._beat("backward")
         out = super().backward(closure_loss, *args, **kwargs)
+        if self._input_pipeline is not None:
+            self._input_pipeline.after_backward()  # semi_sync: the embedding backward, overlapped
         self._beat("after_backward")
         return out
 
@@ -530,6 +526,8 @@ class TorchRecStrategy(DDPStrategy):
     @override
     def on_train_end(self) -> None:
         self._step_boundary()  # the last step: no next batch closes it
+        if self._input_pipeline is not None:
+            self._input_pipeline.settle()
         super().on_train_end()
 
     @override
@@ -579,6 +577,8 @@ class TorchRecStrategy(DDPStrategy):
     @override
     def lightning_module_state_dict(self) -> dict[str, Any]:
         assert self.lightning_module is not None
+        if self._input_pipeline is not None:
+            self._input_pipeline.settle()  # the tables' last update may still be in flight
         return self.lightning_module.state_dict()
 
     @override

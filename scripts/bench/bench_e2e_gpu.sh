@@ -274,6 +274,8 @@ A1=(--bf16 "${ANCHOR_SMALL[@]}")
 #   rt_1gpu_fbgemm_bf16_multihot[_rK]: the recipe trained from MLPerf's multi-hot file layout
 #            (data=criteo_multihot, 6.3 M rows written by make_multihot_set.sh), rounds 1-3;
 #            _onehot: the same rows one-hot (data=criteo_npy)
+#   rt_1gpu_fbgemm_bf16_semi[_rK]: the recipe with strategy.pipeline=semi_sync (the embedding
+#            work on a side stream under the dense work, one step stale), rounds 1-3
 convergence_pair() {  # convergence_pair SFX SEED: the user's command verbatim (200 batches, its
   # validation) and plain TorchRec on the same samples (the recipe's generator on the GPU)
   local sfx=$1 seed=$2 batches val saved extra=()
@@ -297,6 +299,9 @@ for rep in 1 2 3 4 5; do
   else
     anchor "anchor_1gpu_bf16_compiled$sfx" 1 "${A1[@]}" --compile
     rocm "rt_1gpu_fbgemm_bf16$sfx" 1 "${NOVAL[@]}"
+  fi
+  if [ "$rep" -le 3 ]; then  # lever: the embedding work on a side stream (one step stale)
+    rocm "rt_1gpu_fbgemm_bf16_semi$sfx" 1 strategy.pipeline=semi_sync "${NOVAL[@]}"
   fi
   [ "$rep" = 1 ] && convergence_pair "" 1234
   if [ "$rep" -le 3 ]; then  # the recipe trained from MLPerf-layout multi-hot files

@@ -52,3 +52,18 @@ def test_timeline_busy_is_the_union_and_kernels_the_sum() -> None:
     assert abs(step["wall_ms"] - 1.0) < 1e-9
     assert abs(step["device_busy_ms"] - 0.45) < 1e-9  # 100-450 and 500-600
     assert abs(step["device_kernel_ms"] - 0.55) < 1e-9  # the 100 us overlap counted twice
+
+
+def test_step_budget_splits_embedding_dense_overlap_and_idle() -> None:
+    window = _window() + [
+        # FBGEMM's TBE backward on a side stream, 50 us of it under gemm_a's second call
+        _ev(7, "split_embedding_backward_codegen_rowwise_adagrad_kernel", 550, 700, dev=True),
+    ]
+    (step,) = step_timeline(window)["steps"]
+    b = step["budget"]
+    assert abs(b["embedding_ms"] - 0.15) < 1e-9
+    assert abs(b["dense_ms"] - 0.55) < 1e-9  # gemm_a twice and the copy
+    # the copy under gemm_a (100 us) and the TBE under gemm_a (50 us)
+    assert abs(b["overlap_ms"] - 0.15) < 1e-9
+    assert abs(b["idle_ms"] - (1.0 - 0.55)) < 1e-9  # busy 100-450 and 500-700
+    assert abs(step["device_busy_ms"] - 0.55) < 1e-9

@@ -23,17 +23,18 @@ from dist_ranks import run_ranks
 BATCHES = 16
 
 
-def _cfg(run_dir: Path, pipeline: str):
-    """The tiny run, one epoch of BATCHES steps of 64, no validation and no checkpoints."""
+def _cfg(run_dir: Path, pipeline: str, batch_size: int = 64, **trainer: object):
+    """The tiny run, one epoch of BATCHES steps, no validation and no checkpoints."""
     from tiny_config import tiny_run_config
 
     cfg = tiny_run_config(
         run_dir,
-        batch_size=64,
+        batch_size=batch_size,
         train_batches=BATCHES,
         max_epochs=1,
         num_sanity_val_steps=0,
         limit_val_batches=0,
+        **trainer,
     )
     cfg.checkpoint.enabled = False
     cfg.strategy.pipeline = pipeline
@@ -49,7 +50,10 @@ def _reference_module(stale: bool):
 
     class Reference(PipelinedDLRMModule):
         def training_step(self, dataloader_iter):  # type: ignore[override]
-            batches = [item[0] if isinstance(item, tuple) else item for item in dataloader_iter]
+            batches = [
+                (item[0] if isinstance(item, tuple) else item).to(self.device)
+                for item in dataloader_iter
+            ]
             dlrm = self.model  # the sharded DLRM, called past DDP: dense grads reduced below
             opt = self.optimizers().optimizer
             world = dist.get_world_size()
@@ -103,14 +107,16 @@ def _fit(cfg, module_cls, index: int):
     dist.barrier()
     dist.destroy_process_group()
     pipeline = getattr(module, "_pipeline", None)
+    own = trainer.strategy.input_pipeline
     return dict(
         losses=list(module.step_losses),
         pipeline=type(pipeline).__name__ if pipeline is not None else None,
+        looked_up_ahead=own.looked_up_ahead if own is not None else None,
     )
 
 
 def _worker(rank: int, root: str):
-    from rocmtrain.models.module import PipelinedDLRMModule
+    from rocmtrain.models.module import DLRMModule, PipelinedDLRMModule
 
     root = Path(root)
     return dict(
@@ -118,6 +124,7 @@ def _worker(rank: int, root: str):
         sparse=_fit(_cfg(root / "sparse", "sparse_dist"), PipelinedDLRMModule, 1),
         ref_sync=_fit(_cfg(root / "sync", "sparse_dist"), _reference_module(stale=False), 1),
         ref_stale=_fit(_cfg(root / "stale", "sparse_dist"), _reference_module(stale=True), 1),
+        own=_fit(_cfg(root / "own", "semi_sync"), DLRMModule, 1),
     )
 
 
@@ -148,6 +155,12 @@ def test_semi_sync_lookups_are_one_step_stale_and_train(tmp_path):
         semi, sparse = torch.tensor(r["semi"]["losses"]), torch.tensor(r["sparse"]["losses"])
         ref_sync = torch.tensor(r["ref_sync"]["losses"])
         ref_stale = torch.tensor(r["ref_stale"]["losses"])
+        own = torch.tensor(r["own"]["losses"])
+        # the strategy's own stale lookups, for a plain module: the same one-step-stale loop
+        assert r["own"]["pipeline"] is None  # no TorchRec pipeline: the strategy does it
+        assert torch.allclose(own, ref_stale, rtol=1e-5, atol=1e-6), (rank, own, ref_stale)
+        assert (own[1:] - ref_sync[1:]).abs().max() > 1e-5, (rank, own, ref_sync)
+        assert r["own"]["looked_up_ahead"] == BATCHES - 1, r["own"]
         assert "TrainPipelineSemiSync" in r["semi"]["pipeline"], r["semi"]["pipeline"]
         assert r["sparse"]["pipeline"] == "TrainPipelineSparseDist"
         assert len(semi) == len(sparse) == len(ref_sync) == len(ref_stale) == BATCHES
