@@ -74,7 +74,7 @@ def run_training(cfg: RunConfig, where: Placement) -> dict[str, float]:
     run_dir = prepare_run_dir(cfg)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule = build_datamodule(cfg)
-    module = build_module(cfg, strategy)
+    module = build_module(cfg, strategy, where)
     trainer = build_trainer(cfg, run_dir, strategy=strategy, where=where)
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg))
@@ -148,14 +148,17 @@ def build_datamodule(cfg: RunConfig) -> pl.LightningDataModule:
     )
 
 
-def build_module(cfg: RunConfig, strategy: TorchRecStrategy) -> pl.LightningModule:
+def build_module(
+    cfg: RunConfig, strategy: TorchRecStrategy, where: Placement | None = None
+) -> pl.LightningModule:
     """``DLRMModule`` (the strategy pipelines its input itself), or ``PipelinedDLRMModule`` for
     ``strategy.pipeline=semi_sync`` (TorchRec's TrainPipelineSemiSync owns the data iterator)."""
     from rocmtrain.config.schema import resolve_model_config
     from rocmtrain.models.module import DLRMModule, PipelinedDLRMModule
 
-    semi_sync = strategy.pipeline_kind(cfg.trainer.accelerator) == "semi_sync"
-    return (PipelinedDLRMModule if semi_sync else DLRMModule)(resolve_model_config(cfg))
+    where = where or placement_of(cfg)
+    semi_sync = strategy.pipeline_kind(where) == "semi_sync"
+    return (PipelinedDLRMModule if semi_sync else DLRMModule)(resolve_model_config(cfg, where))
 
 
 def build_trainer(
