@@ -64,7 +64,7 @@ def print_plan(cfg: RunConfig, overrides: list[str], where: Placement | None = N
     plan = strategy.plan_for(
         model, world_size=ws, local_world_size=cfg.trainer.devices, compute_device=device
     )
-    kind = strategy.pipeline_kind(cfg.trainer.accelerator)
+    kind = strategy.pipeline_kind(where)
     loop = {
         "sparse_dist": "rocmtrain input pipeline (TorchRec's sparse-dist schedule)",
         "semi_sync": (

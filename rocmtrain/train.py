@@ -74,7 +74,7 @@ def run_training(cfg: RunConfig, where: Placement) -> dict[str, float]:
     run_dir = prepare_run_dir(cfg)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule = build_datamodule(cfg)
-    module = build_module(cfg)
+    module = build_module(cfg, where)
     trainer = build_trainer(cfg, run_dir, strategy=strategy, where=where)
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path(cfg))
@@ -148,13 +148,13 @@ def build_datamodule(cfg: RunConfig) -> pl.LightningDataModule:
     )
 
 
-def build_module(cfg: RunConfig) -> pl.LightningModule:
+def build_module(cfg: RunConfig, where: Placement | None = None) -> pl.LightningModule:
     """``DLRMModule``: the strategy pipelines its input (and, for ``strategy.pipeline=semi_sync``,
     its embedding work) itself."""
     from rocmtrain.config.schema import resolve_model_config
     from rocmtrain.models.module import DLRMModule
 
-    return DLRMModule(resolve_model_config(cfg))
+    return DLRMModule(resolve_model_config(cfg, where or placement_of(cfg)))
 
 
 def build_trainer(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
@@ -28,6 +28,9 @@ from rocmtrain.config.rccl import RcclConfig
 from rocmtrain.config.strategy import KERNELS, StrategyConfig
 from rocmtrain.config.trainer import TrainerConfig
 from rocmtrain.config.watchdog import WatchdogConfig
+
+if TYPE_CHECKING:
+    from rocmtrain.platform import Placement
 
 PRIMARY_CONFIG = "rocmtrain"
 SCHEMA_NAME = "rocmtrain_schema"
@@ -141,14 +144,15 @@ def to_run_config(cfg: Any) -> RunConfig:
     return obj
 
 
-def resolve_model_config(cfg: RunConfig) -> ModelConfig:
+def resolve_model_config(cfg: RunConfig, where: Placement | None = None) -> ModelConfig:
     """``cfg.model`` with the run-dependent values made concrete.
 
     ``model.embedding_output_dtype=autocast`` becomes the autocast dtype (bf16 for ``bf16-mixed``,
     fp16 for ``16-mixed``) when the interaction, the first consumer of the pooled embeddings, runs
     under autocast on a GPU — it would round them to that dtype at its first GEMM anyway — and
     fp32 otherwise (an fp32 run, an fp32 interaction, or the CPU, where FBGEMM's kernels write no
-    bf16 pooled output).
+    bf16 pooled output). ``where``, the run's placement, says whether it is a GPU run; without
+    it :func:`rocmtrain.platform.is_gpu_run` is asked.
     """
     import dataclasses
 
@@ -159,7 +163,7 @@ def resolve_model_config(cfg: RunConfig) -> ModelConfig:
         return model
     low = {"bf16-mixed": "bf16", "16-mixed": "fp16"}.get(cfg.precision.mode)
     autocast_interaction = cfg.precision.policy.interaction == "autocast"
-    gpu = platform.is_gpu_run(cfg.trainer.accelerator)
+    gpu = where.gpu if where else platform.is_gpu_run(cfg.trainer.accelerator)
     dtype = low if low and autocast_interaction and gpu else "fp32"
     return dataclasses.replace(model, embedding_output_dtype=dtype)
 

@@ -238,14 +238,16 @@ class TorchRecStrategy(DDPStrategy):
         """The ``pipeline`` argument as given (``auto`` unresolved; see :meth:`uses_pipeline`)."""
         return self._pipeline
 
-    def uses_pipeline(self, accelerator: str) -> bool:
+    def uses_pipeline(self, accelerator: str | platform.Placement) -> bool:
         """``pipeline`` resolved: ``sparse_dist`` / ``semi_sync`` (pipelined), ``none``, or
-        ``auto`` = on a GPU run."""
+        ``auto`` = on a GPU run (a run's Placement has answered that already: no second ask)."""
         if self._pipeline == "auto":
+            if isinstance(accelerator, platform.Placement):
+                return accelerator.gpu
             return platform.is_gpu_run(accelerator)
         return self._pipeline in ("sparse_dist", "semi_sync")
 
-    def pipeline_kind(self, accelerator: str) -> str | None:
+    def pipeline_kind(self, accelerator: str | platform.Placement) -> str | None:
         """The TorchRec train pipeline a pipelined module builds: ``sparse_dist``,
         ``semi_sync``, or ``None`` (plain Lightning loop)."""
         if not self.uses_pipeline(accelerator):
