@@ -12,9 +12,13 @@ discarded, then ``profiler_active_steps`` recorded. Output in ``<run_dir>/profil
 - ``top_kernels_rank{R}.txt``: torch's own ``key_averages().table(...)``;
 - ``op_counts_rank{R}.json``: every kernel (operator on CPU) with its calls and self time per step;
 - ``step_timeline_rank{R}.json``: per recorded step, the wall time, the time the GPU was busy
-  (union of kernel and copy intervals over all streams) and the host-blocking sync calls
+  (union of kernel and copy intervals over all streams), its split into embedding work, dense
+  work, the two overlapped and idle time, and the host-blocking sync calls
   (``cudaStreamSynchronize``/``hipStreamSynchronize``, blocking memcpys ...). A step whose GPU is
   busy for much less than its wall time is bound by the host: launches, Python, or syncs.
+  On a GPU the device is synchronized at the edges of the recorded steps, so each step's window
+  holds that step's device work (the host otherwise runs steps ahead); the wall time of a
+  recorded step therefore includes its launches, which the timed steps overlap.
 
 For whole-program GPU traces use ``scripts/profile/profile_recipe.sh`` (rocprofv3 / rocprof / nsys).
 """
@@ -268,10 +272,14 @@ class ProfilerCallback(pl.Callback):
         self._dir = Path(run_dir) / "profile"
         self._prof: profile | None = None
         self._rank = 0
+        self._steps = 0  # training steps since the profiler started
+        self._gpu = False
         self.written: list[Path] = []
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._rank = trainer.global_rank
+        self._steps = 0
+        self._gpu = pl_module.device.type == "cuda"
         activities = [ProfilerActivity.CPU]
         if platform.has_gpu():
             activities.append(ProfilerActivity.CUDA)  # also the HIP/ROCm activity on ROCm builds
@@ -290,8 +298,19 @@ class ProfilerCallback(pl.Callback):
         self._prof.start()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        if self._prof is not None:
-            self._prof.step()
+        if self._prof is None:
+            return
+        self._steps += 1
+        c = self._cfg
+        if self._gpu and c.profiler_wait_steps <= self._steps:
+            # the host runs steps ahead of the GPU: without a sync at each recorded step's edges
+            # its window would hold whatever device work ran meanwhile, not the step's own
+            if (
+                self._steps
+                <= c.profiler_wait_steps + c.profiler_warmup_steps + c.profiler_active_steps
+            ):
+                torch.cuda.synchronize()
+        self._prof.step()
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._finish(trainer.global_step)

@@ -39,7 +39,7 @@ from typing_extensions import override
 
 from rocmtrain import platform
 from rocmtrain.comms.rccl import CollectiveEnv
-from rocmtrain.config import ConfigError, check_choice
+from rocmtrain.config import check_choice
 from rocmtrain.config.convert import as_config
 from rocmtrain.config.rccl import RcclConfig
 from rocmtrain.config.strategy import KERNELS, check_strategy_arguments

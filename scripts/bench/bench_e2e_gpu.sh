@@ -301,7 +301,8 @@ for rep in 1 2 3 4 5; do
     rocm "rt_1gpu_fbgemm_bf16$sfx" 1 "${NOVAL[@]}"
   fi
   if [ "$rep" -le 3 ]; then  # lever: the embedding work on a side stream (one step stale)
-    rocm "rt_1gpu_fbgemm_bf16_semi$sfx" 1 strategy.pipeline=semi_sync "${NOVAL[@]}"
+    prof=(); [ "$rep" = 1 ] && prof=("${PROF[@]}")
+    rocm "rt_1gpu_fbgemm_bf16_semi$sfx" 1 strategy.pipeline=semi_sync "${NOVAL[@]}" "${prof[@]}"
   fi
   [ "$rep" = 1 ] && convergence_pair "" 1234
   if [ "$rep" -le 3 ]; then  # the recipe trained from MLPerf-layout multi-hot files

@@ -417,6 +417,8 @@ def main() -> None:
             except StopIteration:
                 break
             if prof is not None:
+                if step >= args.profile_wait:  # a recorded step holds its own GPU work only
+                    torch.cuda.synchronize()
                 prof.step()
                 if step == args.profile_wait + args.profile_warmup + 3:  # window done
                     prof.stop()
