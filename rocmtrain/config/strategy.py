@@ -1,4 +1,5 @@
-"""Strategy schema: TorchRec sharding and the process-group backend.
+"""Strategy schema: TorchRec sharding and the process-group backend; and the Python arguments of
+``TorchRecStrategy`` (:class:`StrategyArguments`), checked where they enter.
 
 python -m rocmtrain strategy.sharding_type=row_wise
 python -m rocmtrain +strategy.per_table_sharding.t_cat_0=data_parallel   # one table
@@ -6,9 +7,19 @@ python -m rocmtrain +strategy.per_table_sharding.t_cat_0=data_parallel   # one t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rocmtrain.config import ConfigError, check_choice
+from rocmtrain.config.convert import as_config
+from rocmtrain.config.rccl import RcclConfig
+from rocmtrain.config.watchdog import WatchdogConfig
+
+if TYPE_CHECKING:
+    from rocmtrain.config.schema import RunConfig
+    from rocmtrain.platform import Placement
 
 SHARDING_TYPES = (
     "auto",
@@ -173,3 +184,140 @@ def check_strategy_arguments(
     if run_dir == "" or (run_dir is not None and not isinstance(run_dir, (str, os.PathLike))):
         raise ConfigError("run_dir", run_dir, "pass a folder path (str or pathlib.Path) or None")
     check_choice("start_method", start_method, START_METHODS)
+
+
+#: the arguments :func:`check_strategy_arguments` checks (``rccl``, ``watchdog`` and ``plan`` are
+#: converted or taken as they are)
+_CHECKED = (
+    "sharding_type",
+    "kernel",
+    "pipeline",
+    "balance",
+    "per_table_sharding",
+    "planner_batch_size",
+    "semi_sync_start_batch",
+    "pooling_factors",
+    "hbm_cap_gb",
+    "ddr_cap_gb",
+    "fused_params",
+    "ddp_kwargs",
+    "run_dir",
+    "start_method",
+)
+
+
+@dataclass
+class StrategyArguments:
+    """``TorchRecStrategy``'s own arguments (the rest are Lightning's ``DDPStrategy``'s).
+
+    Checked and normalised at construction, so a bad value raises one :class:`ConfigError`
+    naming the field before any rank starts; afterwards ``rccl`` and ``watchdog`` are configs,
+    the mappings are dicts and ``run_dir`` is a ``Path`` (or None).
+    """
+
+    sharding_type: str = "auto"
+    """Every table's sharding: ``auto`` (planner's choice), ``table_wise``, ``row_wise``,
+    ``column_wise``, ``table_row_wise``, ``table_column_wise``, ``data_parallel``."""
+    per_table_sharding: dict[str, str] | None = None
+    """``{table_name: sharding_type}`` overrides."""
+    kernel: str = "fbgemm"
+    """Embedding kernels: ``fbgemm`` (TorchRec/FBGEMM TBE), ``triton`` or ``torch`` (rocmtrain's
+    TBE, ``EmbeddingComputeKernel.CUSTOMIZED_KERNEL``)."""
+    pipeline: str = "auto"
+    """``auto`` | ``sparse_dist`` | ``semi_sync`` | ``none``: whether the next batch's copy and
+    input all-to-all overlap compute (``auto`` = on GPU; :meth:`uses_pipeline`); ``semi_sync``
+    also runs the embedding work on a side stream under the dense work (batch i+1 looked up
+    before batch i's embedding update: one step stale; ``rocmtrain.strategies.input_pipeline``)."""
+    semi_sync_start_batch: int = 0
+    """With ``pipeline="semi_sync"``, synchronous batches first."""
+    balance: str = "report"
+    """``off`` | ``report`` | ``auto``: per-rank lookup cost and memory of the plan
+    (``TorchRecStrategy.balance_report``); ``auto`` replaces a plan more than 10 % off the mean
+    by a balanced one (:func:`rocmtrain.strategies.balance.balanced_plan`)."""
+    rccl: Any = None
+    """Collective environment and process-group timeouts: an ``RcclConfig``, a mapping of its
+    fields, or a preset name of ``configs/rccl/`` (``None`` = defaults: no collective knob set,
+    the environment still checked)."""
+    watchdog: Any = field(default_factory=WatchdogConfig)
+    """Hang watchdog, preemption and error hints: a ``WatchdogConfig``, a mapping of its fields,
+    or ``None`` to switch the hang watchdog off (hints, preemption and the two-phase timeouts
+    stay, as their own fields say)."""
+    run_dir: Any = None
+    """Where hang reports, flight-recorder dumps and error hints go; default the trainer's
+    ``default_root_dir``."""
+    planner_batch_size: int | None = None
+    """Per-rank batch the planner costs; default the datamodule's ``batch_size`` (a warning
+    names the fallback when there is none)."""
+    pooling_factors: dict[str, float] | None = None
+    """Expected ids per sample per table (multi-hot) for the planner."""
+    hbm_cap_gb: float | None = None
+    """Per-rank device memory the planner may use (GiB)."""
+    ddr_cap_gb: float | None = None
+    """Per-rank host memory the planner may use (GiB)."""
+    plan: Any = None
+    """A ready ``ShardingPlan`` (skips the planner)."""
+    fused_params: dict[str, Any] | None = None
+    """FBGEMM fused-optimizer parameters for the sharders."""
+    ddp_kwargs: dict[str, Any] | None = None
+    """For the dense part's DDP: ``bucket_cap_mb``, ``static_graph``, ``find_unused_parameters``
+    and any ``DistributedDataParallel`` argument."""
+    start_method: str = "popen"
+    """How Lightning starts the local ranks: ``popen`` or ``spawn`` (:data:`START_METHODS`)."""
+
+    @classmethod
+    def of(cls, arguments: Mapping[str, Any]) -> StrategyArguments:
+        """The fields' values out of ``arguments`` (``TorchRecStrategy.__init__``'s ``locals()``:
+        its keywords carry the fields' names, so the signature stays the one place they are
+        listed for a caller)."""
+        return cls(**{f.name: arguments[f.name] for f in fields(cls)})
+
+    def __post_init__(self) -> None:
+        check_strategy_arguments(**{name: getattr(self, name) for name in _CHECKED})
+        self.rccl = as_config(self.rccl, RcclConfig, field="rccl", group="rccl")
+        self.watchdog = (
+            WatchdogConfig(enabled=False)
+            if self.watchdog is None
+            else as_config(self.watchdog, WatchdogConfig, field="watchdog", group="watchdog")
+        )
+        self.per_table_sharding = dict(self.per_table_sharding or {})
+        self.pooling_factors = dict(self.pooling_factors) if self.pooling_factors else None
+        self.ddp_kwargs = dict(self.ddp_kwargs or {})
+        self.run_dir = Path(self.run_dir) if self.run_dir is not None else None
+
+    def uses_pipeline(self, accelerator: str | Placement) -> bool:
+        """``pipeline`` resolved: ``sparse_dist`` / ``semi_sync`` (pipelined), ``none``, or
+        ``auto`` = on a GPU run (a run's Placement has answered that already: no second ask)."""
+        from rocmtrain import platform  # imports torch; the configs alone do not
+
+        if self.pipeline == "auto":
+            if isinstance(accelerator, platform.Placement):
+                return accelerator.gpu
+            return platform.is_gpu_run(accelerator)
+        return self.pipeline in ("sparse_dist", "semi_sync")
+
+    def pipeline_kind(self, accelerator: str | Placement) -> str | None:
+        """The train pipeline on ``accelerator``: ``sparse_dist``, ``semi_sync`` or ``None``."""
+        if not self.uses_pipeline(accelerator):
+            return None
+        return "semi_sync" if self.pipeline == "semi_sync" else "sparse_dist"
+
+
+def strategy_kwargs(cfg: RunConfig) -> dict[str, Any]:
+    """``TorchRecStrategy``'s keyword arguments for a composed run config."""
+    s = cfg.strategy
+    return {
+        "sharding_type": s.sharding_type,
+        "per_table_sharding": dict(s.per_table_sharding),
+        "kernel": cfg.kernel,
+        "pipeline": s.pipeline,
+        "semi_sync_start_batch": s.semi_sync_start_batch,
+        "balance": s.balance,
+        "rccl": cfg.rccl,
+        "watchdog": cfg.watchdog,
+        "run_dir": cfg.run_dir,
+        "planner_batch_size": cfg.data.batch_size,
+        "pooling_factors": cfg.model.pooling_factors(),
+        "hbm_cap_gb": s.hbm_cap_gb,
+        "ddr_cap_gb": s.ddr_cap_gb,
+        "process_group_backend": None if s.backend == "auto" else s.backend,
+    }

@@ -5,7 +5,8 @@ costs and balances a plan. This module holds the strategy's planning arguments
 (:class:`PlanSettings`: ``sharding_type``, ``per_table_sharding``, ``kernel``, ``balance``,
 ``plan`` ...) and the functions that feed them to the planner, so that setup, the dry run
 (``python -m rocmtrain dry_run=true``) and the pre-launch check of ``rocmtrain.train`` all go
-through the same :func:`plan_for`.
+through the same :func:`plan_for`; and :func:`shard_model`, which wraps the model in
+``DistributedModelParallel`` with the plan.
 
 TorchRec is imported inside the methods, not here: ``import rocmtrain`` must not import it.
 """
@@ -20,17 +21,26 @@ from typing import TYPE_CHECKING, Any
 from rocmtrain.strategies.deprecated import mixin_getattr
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import pytorch_lightning as pl
+    import torch
     import torch.distributed as dist
     from torch import nn
+    from torchrec.distributed import DistributedModelParallel
     from torchrec.distributed.types import ShardingPlan
 
+    from rocmtrain.config.strategy import StrategyArguments
     from rocmtrain.strategies.balance import BalanceReport
 
 log = logging.getLogger(__name__)
 
 #: the per-rank batch the planner costs when neither the strategy nor the datamodule names one
 DEFAULT_PLANNER_BATCH = 512
+
+#: keyword arguments of torchrec's DefaultDataParallelWrapper that ``ddp_kwargs`` may set directly;
+#: any other key goes to ``torch.nn.parallel.DistributedDataParallel`` itself
+DDP_WRAPPER_KEYS = ("bucket_cap_mb", "static_graph", "find_unused_parameters")
 
 
 @dataclass
@@ -55,6 +65,21 @@ class PlanSettings:
     """Per-device memory the planner may use (GiB)."""
     ddr_cap_gb: float | None = None
     """Per-rank host memory the planner may use (GiB)."""
+
+
+def plan_settings(args: StrategyArguments) -> PlanSettings:
+    """The planning part of the strategy's (checked) arguments."""
+    return PlanSettings(
+        sharding_type=args.sharding_type,
+        per_table=dict(args.per_table_sharding or {}),
+        kernel=args.kernel,
+        balance=args.balance,
+        fused_params=args.fused_params,
+        pooling_factors=dict(args.pooling_factors) if args.pooling_factors else None,
+        batch_size=args.planner_batch_size,
+        hbm_cap_gb=args.hbm_cap_gb,
+        ddr_cap_gb=args.ddr_cap_gb,
+    )
 
 
 def build_sharders(settings: PlanSettings) -> list[Any]:
@@ -207,6 +232,48 @@ def planner_batch(settings: PlanSettings, trainer: pl.Trainer | None, module: An
         DEFAULT_PLANNER_BATCH,
     )
     return DEFAULT_PLANNER_BATCH
+
+
+def log_plan(logger: logging.Logger, plan: ShardingPlan, report: BalanceReport | None) -> None:
+    """The plan, table by table, and its per-rank cost (rank 0 logs them once per setup)."""
+    from rocmtrain.strategies.planning import describe_plan
+
+    logger.info("sharding plan:\n%s", "\n".join(map(str, describe_plan(plan))))
+    if report is not None:
+        logger.info("sharding plan cost per rank:\n%s", "\n".join(report.lines()))
+
+
+def shard_model(
+    model: nn.Module,
+    plan: ShardingPlan,
+    sharders: list[Any],
+    *,
+    device: torch.device,
+    pg: dist.ProcessGroup,
+    ddp_kwargs: Mapping[str, Any],
+) -> DistributedModelParallel:
+    """``model`` in ``DistributedModelParallel``: every table sharded by ``plan`` and
+    materialised on this rank, the dense rest in DDP (with ``ddp_kwargs``)."""
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.types import ShardingEnv
+
+    return DistributedModelParallel(
+        model,
+        env=ShardingEnv.from_process_group(pg),
+        device=device,
+        plan=plan,
+        sharders=sharders,
+        data_parallel_wrapper=data_parallel_wrapper(ddp_kwargs),
+    )
+
+
+def data_parallel_wrapper(ddp_kwargs: Mapping[str, Any]) -> Any:
+    """TorchRec's DDP wrapper of the dense part, with ``ddp_kwargs``."""
+    from torchrec.distributed.model_parallel import DefaultDataParallelWrapper
+
+    ddp = dict(ddp_kwargs)
+    direct = {k: ddp.pop(k) for k in DDP_WRAPPER_KEYS if k in ddp}
+    return DefaultDataParallelWrapper(**direct, ddp_kwargs=ddp or None)
 
 
 __getattr__ = mixin_getattr(__name__, "ShardingPlanMixin")

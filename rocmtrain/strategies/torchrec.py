@@ -37,12 +37,10 @@ from pytorch_lightning.trainer.states import TrainerFn
 from torch import nn
 from typing_extensions import override
 
-from rocmtrain import platform
 from rocmtrain.comms.rccl import CollectiveEnv
 from rocmtrain.config import check_choice
-from rocmtrain.config.convert import as_config
 from rocmtrain.config.rccl import RcclConfig
-from rocmtrain.config.strategy import KERNELS, check_strategy_arguments
+from rocmtrain.config.strategy import KERNELS, StrategyArguments, strategy_kwargs
 from rocmtrain.config.watchdog import WatchdogConfig
 from rocmtrain.faults.guard import FaultGuard
 from rocmtrain.strategies import checkpointing, lifecycle, sharding
@@ -52,6 +50,7 @@ if TYPE_CHECKING:  # torchrec is imported when a model is set up, not on `import
     from torchrec.distributed.types import ShardingPlan
 
     from rocmtrain.config.schema import RunConfig
+    from rocmtrain.platform import Placement
     from rocmtrain.strategies.balance import BalanceReport
 
 log = logging.getLogger(__name__)
@@ -68,50 +67,15 @@ REGISTERED: dict[str, tuple[str, str]] = {
     "torchrec_table_wise_spawn": ("table_wise", "spawn"),
 }
 
-#: keyword arguments of torchrec's DefaultDataParallelWrapper that ``ddp_kwargs`` may set directly;
-#: any other key goes to ``torch.nn.parallel.DistributedDataParallel`` itself
-_DDP_WRAPPER_KEYS = ("bucket_cap_mb", "static_graph", "find_unused_parameters")
-
 
 class TorchRecStrategy(DDPStrategy):
     """Multi-process training with TorchRec-sharded embeddings, DDP for the dense part, and
     rocmtrain's collective environment, hang watchdog, timeouts, preemption and error hints.
 
-    Args:
-        sharding_type: every table's sharding: ``auto`` (planner's choice), ``table_wise``,
-            ``row_wise``, ``column_wise``, ``table_row_wise``, ``table_column_wise``,
-            ``data_parallel``.
-        per_table_sharding: ``{table_name: sharding_type}`` overrides.
-        kernel: embedding kernels: ``fbgemm`` (TorchRec/FBGEMM TBE), ``triton`` or ``torch``
-            (rocmtrain's TBE, ``EmbeddingComputeKernel.CUSTOMIZED_KERNEL``).
-        pipeline: ``auto`` | ``sparse_dist`` | ``semi_sync`` | ``none``: whether the next batch's
-            copy and input all-to-all overlap compute (``auto`` = on GPU; see
-            :attr:`uses_pipeline`); ``semi_sync`` also runs the embedding work on a side stream
-            under the dense work (batch i+1 looked up before batch i's embedding update: one step
-            stale; ``rocmtrain.strategies.input_pipeline``).
-        semi_sync_start_batch: with ``pipeline="semi_sync"``, synchronous batches first.
-        balance: ``off`` | ``report`` | ``auto``: per-rank lookup cost and memory of the plan
-            (:attr:`balance_report`); ``auto`` replaces a plan more than 10 % off the mean by a
-            balanced one (:func:`rocmtrain.strategies.balance.balanced_plan`).
-        rccl: collective environment and process-group timeouts: an ``RcclConfig``, a mapping of
-            its fields, or a preset name of ``configs/rccl/`` (``None`` = defaults: no collective
-            knob set, the environment still checked).
-        watchdog: hang watchdog, preemption and error hints: a ``WatchdogConfig``, a mapping of its
-            fields, or ``None`` to switch the hang watchdog off (hints, preemption and the
-            two-phase timeouts stay, as their own fields say).
-        run_dir: where hang reports, flight-recorder dumps and error hints go; default the
-            trainer's ``default_root_dir``.
-        planner_batch_size: per-rank batch the planner costs; default the datamodule's
-            ``batch_size`` (a warning names the fallback when there is none).
-        pooling_factors: expected ids per sample per table (multi-hot) for the planner.
-        hbm_cap_gb, ddr_cap_gb: per-rank memory the planner may use (GiB).
-        plan: a ready ``ShardingPlan`` (skips the planner).
-        fused_params: FBGEMM fused-optimizer parameters for the sharders.
-        ddp_kwargs: for the dense part's DDP: ``bucket_cap_mb``, ``static_graph``,
-            ``find_unused_parameters`` and any ``DistributedDataParallel`` argument.
-
-    Every argument is checked here: a bad value raises :class:`~rocmtrain.config.ConfigError`
-    naming the field before any rank starts.
+    Its own arguments are the fields of :class:`rocmtrain.config.strategy.StrategyArguments`,
+    each described there and checked there: a bad value raises
+    :class:`~rocmtrain.config.ConfigError` naming the field before any rank starts. The others
+    (``accelerator`` ... ``process_group_backend``) go to Lightning's ``DDPStrategy``.
     """
 
     strategy_name = "torchrec"
@@ -143,28 +107,7 @@ class TorchRecStrategy(DDPStrategy):
         process_group_backend: str | None = None,
         start_method: str = "popen",
     ) -> None:
-        check_strategy_arguments(
-            sharding_type=sharding_type,
-            kernel=kernel,
-            pipeline=pipeline,
-            balance=balance,
-            per_table_sharding=per_table_sharding,
-            planner_batch_size=planner_batch_size,
-            semi_sync_start_batch=semi_sync_start_batch,
-            pooling_factors=pooling_factors,
-            hbm_cap_gb=hbm_cap_gb,
-            ddr_cap_gb=ddr_cap_gb,
-            fused_params=fused_params,
-            ddp_kwargs=ddp_kwargs,
-            run_dir=run_dir,
-            start_method=start_method,
-        )
-        self._rccl_cfg = as_config(rccl, RcclConfig, field="rccl", group="rccl")
-        self._watchdog_cfg = (
-            WatchdogConfig(enabled=False)
-            if watchdog is None
-            else as_config(watchdog, WatchdogConfig, field="watchdog", group="watchdog")
-        )
+        self._args = StrategyArguments.of(locals())  # checked and normalised there
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -172,62 +115,31 @@ class TorchRecStrategy(DDPStrategy):
             checkpoint_io=checkpoint_io,
             precision_plugin=precision_plugin,
             process_group_backend=process_group_backend,
-            timeout=timedelta(seconds=self._rccl_cfg.init_timeout_seconds),
+            timeout=timedelta(seconds=self._args.rccl.init_timeout_seconds),
             start_method=start_method,
         )
-        self._settings = sharding.PlanSettings(
-            sharding_type=sharding_type,
-            per_table=dict(per_table_sharding or {}),
-            kernel=kernel,
-            balance=balance,
-            fused_params=fused_params,
-            pooling_factors=dict(pooling_factors) if pooling_factors else None,
-            batch_size=planner_batch_size,
-            hbm_cap_gb=hbm_cap_gb,
-            ddr_cap_gb=ddr_cap_gb,
-        )
-        self._pipeline = pipeline
-        self._semi_sync_start_batch = semi_sync_start_batch
-        self._dmp_ddp_kwargs = dict(ddp_kwargs or {})
-        self._run_dir = Path(run_dir) if run_dir is not None else None
-        self._plan = plan
+        self._settings = sharding.plan_settings(self._args)
+        self._plan: ShardingPlan | None = self._args.plan
         self._balance_report: BalanceReport | None = None
         self._sharder_list: list[Any] | None = None
         self._dmp: DistributedModelParallel | None = None
         self._input_pipeline: Any = None
-        self._env = CollectiveEnv(self._rccl_cfg)
+        self._env = CollectiveEnv(self._args.rccl)
         self._guard: FaultGuard | None = None
 
     @classmethod
     def from_config(cls, cfg: RunConfig, **kwargs: Any) -> TorchRecStrategy:
         """The strategy of a composed run config (what ``python -m rocmtrain`` uses)."""
-        s = cfg.strategy
-        return cls(
-            sharding_type=s.sharding_type,
-            per_table_sharding=dict(s.per_table_sharding),
-            kernel=cfg.kernel,
-            pipeline=s.pipeline,
-            semi_sync_start_batch=s.semi_sync_start_batch,
-            balance=s.balance,
-            rccl=cfg.rccl,
-            watchdog=cfg.watchdog,
-            run_dir=cfg.run_dir,
-            planner_batch_size=cfg.data.batch_size,
-            pooling_factors=cfg.model.pooling_factors(),
-            hbm_cap_gb=s.hbm_cap_gb,
-            ddr_cap_gb=s.ddr_cap_gb,
-            process_group_backend=None if s.backend == "auto" else s.backend,
-            **kwargs,
-        )
+        return cls(**strategy_kwargs(cfg), **kwargs)
 
     # -- what it was asked for -------------------------------------------------------------------
     @property
     def rccl_config(self) -> RcclConfig:
-        return self._rccl_cfg
+        return self._args.rccl
 
     @property
     def watchdog_config(self) -> WatchdogConfig:
-        return self._watchdog_cfg
+        return self._args.watchdog
 
     @property
     def kernel(self) -> str:
@@ -236,29 +148,21 @@ class TorchRecStrategy(DDPStrategy):
     @property
     def pipeline(self) -> str:
         """The ``pipeline`` argument as given (``auto`` unresolved; see :meth:`uses_pipeline`)."""
-        return self._pipeline
+        return self._args.pipeline
 
-    def uses_pipeline(self, accelerator: str | platform.Placement) -> bool:
-        """``pipeline`` resolved: ``sparse_dist`` / ``semi_sync`` (pipelined), ``none``, or
-        ``auto`` = on a GPU run (a run's Placement has answered that already: no second ask)."""
-        if self._pipeline == "auto":
-            if isinstance(accelerator, platform.Placement):
-                return accelerator.gpu
-            return platform.is_gpu_run(accelerator)
-        return self._pipeline in ("sparse_dist", "semi_sync")
+    def uses_pipeline(self, accelerator: str | Placement) -> bool:
+        """``pipeline`` resolved (``auto`` = on a GPU run; a run's Placement has answered that)."""
+        return self._args.uses_pipeline(accelerator)
 
-    def pipeline_kind(self, accelerator: str | platform.Placement) -> str | None:
-        """The TorchRec train pipeline a pipelined module builds: ``sparse_dist``,
-        ``semi_sync``, or ``None`` (plain Lightning loop)."""
-        if not self.uses_pipeline(accelerator):
-            return None
-        return "semi_sync" if self._pipeline == "semi_sync" else "sparse_dist"
+    def pipeline_kind(self, accelerator: str | Placement) -> str | None:
+        """``sparse_dist``, ``semi_sync``, or ``None`` (plain Lightning loop)."""
+        return self._args.pipeline_kind(accelerator)
 
     @property
     def run_dir(self) -> Path:
         """Where this run's reports go: ``run_dir``, else the trainer's ``default_root_dir``."""
-        if self._run_dir is not None:
-            return self._run_dir
+        if self._args.run_dir is not None:
+            return self._args.run_dir
         trainer = self._trainer()
         return Path(trainer.default_root_dir) if trainer is not None else Path.cwd()
 
@@ -267,7 +171,7 @@ class TorchRecStrategy(DDPStrategy):
         """The run-time protection of the current (or last) fit; ``None`` before the first."""
         return self._guard
 
-    # -- the plan --------------------------------------------------------------------------------
+    # -- the plan (:mod:`rocmtrain.strategies.sharding`) -----------------------------------------
     def plan_for(
         self,
         model: nn.Module,
@@ -314,15 +218,12 @@ class TorchRecStrategy(DDPStrategy):
             self._sharder_list = sharding.build_sharders(self._settings)
         return self._sharder_list
 
-    # -- before the process group ----------------------------------------------------------------
+    # -- before the process group (:mod:`rocmtrain.strategies.lifecycle`) ------------------------
     @override
     def setup_environment(self) -> None:
         # Order matters: check the rendezvous, bind the device and set the collective env BEFORE
         # the process group (RCCL/NCCL read their env once, when the first communicator is made).
-        from rocmtrain.comms.rendezvous import explain_rendezvous
-        from rocmtrain.comms.shutdown import close_at_exit
-
-        env = self.cluster_environment
+        env, timeout_s = self.cluster_environment, self._args.rccl.init_timeout_seconds
         assert env is not None
         lifecycle.prepare_rank(
             env,
@@ -330,19 +231,14 @@ class TorchRecStrategy(DDPStrategy):
             local_rank=self.local_rank,
             device_type=self.root_device.type,
             first_group=not dist.is_initialized(),
-            port_wait_s=self._rccl_cfg.init_timeout_seconds,
+            port_wait_s=timeout_s,
         )
         self._env.apply(self.run_dir)
-        with explain_rendezvous(
-            env.main_address,
-            env.main_port,
-            world_size=self.num_nodes * self.num_processes,
-            timeout_s=self._rccl_cfg.init_timeout_seconds,
-        ):
-            super().setup_environment()
-        close_at_exit()  # Lightning never destroys the group; interpreter teardown can abort
-        self._guard = FaultGuard(self._watchdog_cfg, self._rccl_cfg, self.run_dir)
-        if self._watchdog_cfg.enabled:
+        world_size = self.num_nodes * self.num_processes
+        start = super().setup_environment
+        lifecycle.start_process_group(env, world_size=world_size, timeout_s=timeout_s, start=start)
+        self._guard = FaultGuard(self._args.watchdog, self._args.rccl, self.run_dir)
+        if self._args.watchdog.enabled:
             lifecycle.stop_child_observer()
 
     # -- model -----------------------------------------------------------------------------------
@@ -365,7 +261,7 @@ class TorchRecStrategy(DDPStrategy):
         if fitting and kind is not None and not drives_pipeline:
             from rocmtrain.strategies.input_pipeline import InputPipeline
 
-            stale_after = self._semi_sync_start_batch if kind == "semi_sync" else None
+            stale_after = self._args.semi_sync_start_batch if kind == "semi_sync" else None
             self._input_pipeline = InputPipeline(
                 self._dmp, self.root_device, stale_after=stale_after
             )
@@ -384,15 +280,10 @@ class TorchRecStrategy(DDPStrategy):
 
     @override
     def _setup_model(self, model: nn.Module) -> DistributedModelParallel:
-        from torchrec.distributed import DistributedModelParallel
-        from torchrec.distributed.types import ShardingEnv
-
-        from rocmtrain.strategies.planning import describe_plan
-
         pg = dist.group.WORLD
         assert pg is not None, "process group not initialised: setup_environment must run first"
         batch = sharding.planner_batch(self._settings, self._trainer(), self.lightning_module)
-        plan = self.plan_for(
+        self._plan = self.plan_for(
             model,
             world_size=self.world_size,
             local_world_size=self.num_processes,
@@ -401,28 +292,20 @@ class TorchRecStrategy(DDPStrategy):
             pg=pg,
         )
         if self.global_rank == 0:
-            log.info("sharding plan:\n%s", "\n".join(map(str, describe_plan(plan))))
-            if self._balance_report is not None:
-                lines = "\n".join(self._balance_report.lines())
-                log.info("sharding plan cost per rank:\n%s", lines)
-        self._plan = plan
-        self._dmp = DistributedModelParallel(
+            sharding.log_plan(log, self._plan, self._balance_report)
+        self._dmp = sharding.shard_model(
             model,
-            env=ShardingEnv.from_process_group(pg),
+            self._plan,
+            self._sharders(),
             device=self.root_device,
-            plan=plan,
-            sharders=self._sharders(),
-            data_parallel_wrapper=self._data_parallel_wrapper(),
+            pg=pg,
+            ddp_kwargs=self._args.ddp_kwargs,
         )
         return self._dmp
 
     def _data_parallel_wrapper(self) -> Any:
         """TorchRec's DDP wrapper of the dense part, with ``ddp_kwargs``."""
-        from torchrec.distributed.model_parallel import DefaultDataParallelWrapper
-
-        ddp = dict(self._dmp_ddp_kwargs)
-        direct = {k: ddp.pop(k) for k in _DDP_WRAPPER_KEYS if k in ddp}
-        return DefaultDataParallelWrapper(**direct, ddp_kwargs=ddp or None)
+        return sharding.data_parallel_wrapper(self._args.ddp_kwargs)
 
     @property
     def dmp(self) -> DistributedModelParallel:
@@ -441,23 +324,16 @@ class TorchRecStrategy(DDPStrategy):
     def make_train_pipeline(
         self, optimizer: torch.optim.Optimizer, *, kind: str | None = None, **kwargs: Any
     ) -> Any:
-        """TorchRec train pipeline over the sharded model: ``TrainPipelineSparseDist``
-        (input-dist overlap) or, for ``kind="semi_sync"``, ``TrainPipelineSemiSync`` (also the
-        embedding lookup of batch i+1 before batch i's backward: one step stale embeddings,
-        after ``semi_sync_start_batch`` synchronous batches).
-
-        ``kind`` defaults to this strategy's ``pipeline`` (``sparse_dist`` unless it is
-        ``semi_sync``); ``kwargs`` go to the pipeline (``execute_all_batches``,
-        ``custom_model_fwd`` ...). For a LightningModule with ``automatic_optimization = False``
-        whose ``training_step(self, dataloader_iter)`` calls ``pipeline.progress(...)``; without
-        ``custom_model_fwd`` the module's ``forward(batch)`` must return ``(loss, outputs)``.
-        """
+        """TorchRec's train pipeline over the sharded model for a module that drives it
+        (``training_step(self, dataloader_iter)`` calling ``pipeline.progress``; without
+        ``custom_model_fwd`` in ``kwargs`` its ``forward(batch)`` returns ``(loss, outputs)``).
+        ``kind``: ``sparse_dist`` or ``semi_sync``, default this strategy's ``pipeline``."""
         from rocmtrain.strategies.pipelines import train_pipeline
 
-        kind = kind or ("semi_sync" if self._pipeline == "semi_sync" else "sparse_dist")
+        kind = kind or ("semi_sync" if self._args.pipeline == "semi_sync" else "sparse_dist")
         check_choice("kind", kind, ("sparse_dist", "semi_sync"))
         if kind == "semi_sync":
-            kwargs.setdefault("start_batch", self._semi_sync_start_batch)
+            kwargs.setdefault("start_batch", self._args.semi_sync_start_batch)
         return train_pipeline(self.dmp, optimizer, self.root_device, kind=kind, **kwargs)
 
     # -- training: the input pipeline and the fault guard's heartbeats ---------------------------
@@ -632,30 +508,13 @@ class TorchRecStrategy(DDPStrategy):
     @override
     def teardown(self) -> None:
         """Finish the guard, restore the environment and release the plugins; the module stays
-        where it is.
-
-        Lightning's strategies move the module (and the optimizer state) to the CPU here. For a
-        sharded recommender that is a copy of every table shard into host memory, slow for
-        large tables and a host OOM for tables larger than the host's RAM. The shards stay on
-        their devices instead (``del`` the module to free them); the rest of Lightning's
-        teardown runs as usual.
-        """
+        where it is (:func:`rocmtrain.strategies.lifecycle.release_in_place` says why)."""
         if self._guard is not None:
             self._guard.finish()
         if self._input_pipeline is not None:
             self._input_pipeline.detach()  # the modules get their own forward back
         self._env.restore()
-        module = self.lightning_module
-        if self.model is not module and module is not None:
-            self.model = module  # unwrap DistributedModelParallel
-        if self._layer_sync is not None and self.model is not None:
-            self.model = self._layer_sync.revert(self.model)
-        assert self.cluster_environment is not None
-        self.cluster_environment.teardown()
-        self.precision_plugin.teardown()
-        assert self.accelerator is not None
-        self.accelerator.teardown()
-        self.checkpoint_io.teardown()
+        lifecycle.release_in_place(self)
 
     @classmethod
     @override

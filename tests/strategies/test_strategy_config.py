@@ -165,3 +165,17 @@ def test_asked_for_data_parallel_with_an_embedding_optimizer_warns(caplog):
         sharding_constraints(_small_tables(fused=True), "data_parallel")
     assert "table t0 is data_parallel (as asked)" in caplog.text
     assert "apply_optimizer_in_backward" in caplog.text
+
+
+def test_every_keyword_is_an_argument_field_or_lightnings():
+    """``__init__`` hands its ``locals()`` to ``StrategyArguments.of``: a keyword that is neither
+    one of its fields nor a ``DDPStrategy`` argument would be dropped without a word."""
+    import inspect
+
+    from rocmtrain.config.strategy import StrategyArguments
+
+    own = {f.name for f in dataclasses.fields(StrategyArguments)}
+    keywords = set(inspect.signature(TorchRecStrategy.__init__).parameters) - {"self"}
+    lightning = {"accelerator", "parallel_devices", "cluster_environment", "checkpoint_io"}
+    lightning |= {"precision_plugin", "process_group_backend", "start_method"}
+    assert keywords == own | lightning
