@@ -258,10 +258,10 @@ def format_epoch(row: dict[str, float], max_epochs: int | None = None) -> str:
 class PipelinedDLRMModule(DLRMModule):
     """``DLRMModule`` trained through one of TorchRec's own train pipeline classes.
 
-    Not needed for input pipelining: the strategy pipelines ``DLRMModule`` (and any ordinary
-    module) itself with ``strategy.pipeline=sparse_dist|auto``. This module is for
-    ``strategy.pipeline=semi_sync`` (TorchRec's ``TrainPipelineSemiSync``), which owns the data
-    iterator, and for comparing against TorchRec's ``TrainPipelineSparseDist``.
+    Not needed for pipelining: the strategy pipelines ``DLRMModule`` (and any ordinary module)
+    itself, with ``strategy.pipeline=sparse_dist|semi_sync|auto``. This module is for comparing
+    against TorchRec's own ``TrainPipelineSparseDist`` and ``TrainPipelineSemiSync``, which own
+    the data iterator.
 
     The pipeline starts the input all-to-all of batch i+1 (and the host-to-device copy of batch
     i+2, on GPU streams) while batch i computes. It owns the data iterator, so this module uses
@@ -269,7 +269,7 @@ class PipelinedDLRMModule(DLRMModule):
     pipeline calls the (Lightning-wrapped) dense optimizer itself and the embedding update stays
     fused in the backward. At the end of an epoch the batches still queued in the pipeline are
     trained before Lightning closes the epoch, so every batch is trained exactly once, in order.
-    The CLI selects it for ``strategy.pipeline=semi_sync``; with ``sparse_dist`` it drives
+    It drives ``TrainPipelineSemiSync`` under ``strategy.pipeline=semi_sync``, else
     ``TrainPipelineSparseDist``.
     """
 

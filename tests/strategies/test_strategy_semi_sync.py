@@ -24,18 +24,12 @@ BATCHES = 16
 
 
 def _cfg(run_dir: Path, pipeline: str, batch_size: int = 64, **trainer: object):
-    """The tiny run, one epoch of BATCHES steps, no validation and no checkpoints."""
+    """The tiny run: one epoch of BATCHES steps, no validation and no checkpoints unless
+    ``trainer`` says otherwise."""
     from tiny_config import tiny_run_config
 
-    cfg = tiny_run_config(
-        run_dir,
-        batch_size=batch_size,
-        train_batches=BATCHES,
-        max_epochs=1,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-        **trainer,
-    )
+    settings = dict(max_epochs=1, num_sanity_val_steps=0, limit_val_batches=0) | trainer
+    cfg = tiny_run_config(run_dir, batch_size=batch_size, train_batches=BATCHES, **settings)
     cfg.checkpoint.enabled = False
     cfg.strategy.pipeline = pipeline
     return cfg
@@ -173,3 +167,28 @@ def test_semi_sync_lookups_are_one_step_stale_and_train(tmp_path):
         # it trains: finite, and the planted signal lowers the loss
         assert torch.isfinite(semi).all()
         assert semi[-4:].mean() < semi[:4].mean(), (rank, semi)
+
+
+def _two_epoch_worker(rank: int, root: str):
+    from rocmtrain.models.module import DLRMModule
+
+    root = Path(root)
+    two = dict(max_epochs=2, limit_val_batches=1.0)  # a validation after each epoch
+    return dict(
+        own=_fit(_cfg(root / "own2", "semi_sync", **two), DLRMModule, 0),
+        ref_stale=_fit(_cfg(root / "stale2", "sparse_dist", **two), _reference_module(True), 1),
+    )
+
+
+@pytest.mark.slow
+def test_semi_sync_across_epochs_and_validation(tmp_path):
+    """Each epoch starts with a lookup of current tables (the previous epoch's last step looked
+    nothing up ahead) and validation between epochs reads the updated tables: the losses of both
+    epochs are the hand-written stale loop's, epoch by epoch."""
+    import torch
+
+    for rank, r in enumerate(run_ranks(_two_epoch_worker, 2, str(tmp_path))):
+        own, ref = torch.tensor(r["own"]["losses"]), torch.tensor(r["ref_stale"]["losses"])
+        assert len(own) == len(ref) == 2 * BATCHES
+        assert r["own"]["looked_up_ahead"] == 2 * (BATCHES - 1)
+        assert torch.allclose(own, ref, rtol=1e-5, atol=1e-6), (rank, own, ref)
