@@ -224,7 +224,7 @@ class InputPipeline:
         """Batches whose input dist started during the previous batch's step (the overlap)."""
         self.looked_up_ahead = 0
         """Sharded-module calls served with a lookup made during the previous step (stale_after)."""
-        self._step = -1  # index of the step being trained, in this fit
+        self._step = -1  # index of the step being trained, in the run (see start_at)
         self._deferred: list[_Dist] = []  # this step's lookups whose backward runs after it
         self._attach()
 
@@ -371,6 +371,11 @@ class InputPipeline:
                 grad.record_stream(stream)
         with _on(stream), torch.enable_grad():
             torch.autograd.backward([out for out, _ in pairs], [grad for _, grad in pairs])
+
+    def start_at(self, step: int) -> None:
+        """The next training step is the run's ``step`` (0-based; a resumed run's is its
+        checkpoint's), so ``stale_after`` counts the run's steps, not this fit's."""
+        self._step = step - 1
 
     def settle(self) -> None:
         """Make the current stream wait for the side stream's embedding work: call before

@@ -353,6 +353,8 @@ class TorchRecStrategy(DDPStrategy):
     def on_train_start(self) -> None:
         super().on_train_start()
         trainer = self._trainer()
+        if trainer is not None and self._input_pipeline is not None:
+            self._input_pipeline.start_at(trainer.global_step)  # a resumed run counts on
         if self._guard is not None and trainer is not None:
             self._guard.on_train_start(trainer.global_step)
 

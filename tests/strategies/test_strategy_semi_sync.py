@@ -35,7 +35,7 @@ def _cfg(run_dir: Path, pipeline: str, batch_size: int = 64, **trainer: object):
     return cfg
 
 
-def _reference_module(stale: bool):
+def _reference_module(stale: bool, start: int = 0):
     """A PipelinedDLRMModule whose step is a hand-rolled loop over the whole epoch."""
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -59,7 +59,8 @@ def _reference_module(stale: bool):
                 logits = dlrm.over_arch(x).squeeze(-1)
                 loss = F.binary_cross_entropy_with_logits(logits, b.labels)
                 nxt = batches[i + 1] if i + 1 < len(batches) else None
-                if stale and nxt is not None:  # lookup before this step's embedding update
+                early = stale and i >= start  # stale from batch `start` on
+                if early and nxt is not None:  # lookup before this step's embedding update
                     pooled = dlrm.sparse_arch(nxt.sparse_features)
                 opt.zero_grad()
                 loss.backward()  # the embedding update is fused into this backward
@@ -68,7 +69,7 @@ def _reference_module(stale: bool):
                         p.grad.div_(world)
                         dist.all_reduce(p.grad)
                 opt.step()
-                if not stale and nxt is not None:
+                if not early and nxt is not None:
                     pooled = dlrm.sparse_arch(nxt.sparse_features)
                 self._record(loss, logits, b.labels)
 
@@ -109,6 +110,11 @@ def _fit(cfg, module_cls, index: int):
     )
 
 
+def _start_at(cfg, start: int):
+    cfg.strategy.semi_sync_start_batch = start
+    return cfg
+
+
 def _worker(rank: int, root: str):
     from rocmtrain.models.module import DLRMModule, PipelinedDLRMModule
 
@@ -119,6 +125,8 @@ def _worker(rank: int, root: str):
         ref_sync=_fit(_cfg(root / "sync", "sparse_dist"), _reference_module(stale=False), 1),
         ref_stale=_fit(_cfg(root / "stale", "sparse_dist"), _reference_module(stale=True), 1),
         own=_fit(_cfg(root / "own", "semi_sync"), DLRMModule, 1),
+        own_s5=_fit(_start_at(_cfg(root / "own5", "semi_sync"), 5), DLRMModule, 1),
+        ref_s5=_fit(_cfg(root / "stale5", "sparse_dist"), _reference_module(True, 5), 1),
     )
 
 
@@ -155,6 +163,11 @@ def test_semi_sync_lookups_are_one_step_stale_and_train(tmp_path):
         assert torch.allclose(own, ref_stale, rtol=1e-5, atol=1e-6), (rank, own, ref_stale)
         assert (own[1:] - ref_sync[1:]).abs().max() > 1e-5, (rank, own, ref_sync)
         assert r["own"]["looked_up_ahead"] == BATCHES - 1, r["own"]
+        # semi_sync_start_batch=5: batches 0-5 exact, stale lookups from batch 6 on
+        own5, ref5 = torch.tensor(r["own_s5"]["losses"]), torch.tensor(r["ref_s5"]["losses"])
+        assert torch.allclose(own5, ref5, rtol=1e-5, atol=1e-6), (rank, own5, ref5)
+        assert torch.allclose(own5[:6], ref_sync[:6], rtol=1e-5, atol=1e-6)
+        assert r["own_s5"]["looked_up_ahead"] == BATCHES - 1 - 5
         assert "TrainPipelineSemiSync" in r["semi"]["pipeline"], r["semi"]["pipeline"]
         assert r["sparse"]["pipeline"] == "TrainPipelineSparseDist"
         assert len(semi) == len(sparse) == len(ref_sync) == len(ref_stale) == BATCHES
