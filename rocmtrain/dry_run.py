@@ -32,6 +32,7 @@ def print_plan(cfg: RunConfig, overrides: list[str], where: Placement | None = N
     """
     import torch
 
+    from rocmtrain.config.model import WEIGHT_BYTES
     from rocmtrain.models.dlrm import build_dlrm
     from rocmtrain.strategies import TorchRecStrategy
     from rocmtrain.strategies.planning import describe_plan
@@ -53,7 +54,8 @@ def print_plan(cfg: RunConfig, overrides: list[str], where: Placement | None = N
     out.append(
         f"  model           DLRM ({m.interaction} interaction), {m.num_features} tables, "
         f"D={m.embedding_dim}, {sum(rows):,} rows{cap}, embeddings "
-        f"{sum(rows) * m.embedding_dim * 4 / 2**30:.2f} GiB fp32"
+        f"{sum(rows) * m.embedding_dim * WEIGHT_BYTES[m.embedding_weight_dtype] / 2**30:.2f} GiB "
+        f"{m.embedding_weight_dtype}"
     )
     out.append(
         f"  batch           {cfg.data.batch_size}/rank, global {cfg.data.batch_size * ws}; "

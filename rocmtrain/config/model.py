@@ -19,6 +19,8 @@ EMBEDDING_OPTIMIZERS = ("adagrad", "rowwise_adagrad", "sgd", "adam")
 DENSE_OPTIMIZERS = ("adagrad", "sgd", "adam")
 DENSE_OPTIMIZER_IMPLS = ("auto", "for_loop", "foreach", "fused")
 EMBEDDING_OUTPUT_DTYPES = ("fp32", "bf16", "fp16", "autocast")
+EMBEDDING_WEIGHT_DTYPES = ("fp32", "fp16")
+WEIGHT_BYTES = {"fp32": 4, "fp16": 2}
 COMPILE_MODES = ("default", "reduce-overhead")
 
 
@@ -94,6 +96,13 @@ class ModelConfig:
     bits. The tables' own dtype is unchanged. ``autocast``: the run's autocast dtype where the
     interaction runs under autocast on a GPU (``precision=bf16 precision.policy.interaction=
     autocast`` -> bf16), else fp32 — so an fp32 run stays fp32 (:func:`resolve_model_config`)."""
+    embedding_weight_dtype: str = "fp32"
+    """dtype the embedding tables are stored in (TorchRec's ``EmbeddingBagConfig.data_type``):
+    ``fp32`` or ``fp16``. The kernels read, sum and update in fp32 and round the updated rows to
+    fp16 (FBGEMM stochastically, so small updates are not lost on average); the optimizer state
+    (Adagrad's sums) stays fp32. Half the table memory and half the bytes of every row the lookups
+    and the update read and write. (bf16 tables: FBGEMM's CPU kernels have none, so they cannot
+    be tested here.) A checkpoint resumes into a run with the dtype it was written with."""
     embedding_lr: float = 0.05
     """Learning rate of the embedding optimizer."""
     embedding_eps: float = 1e-8
@@ -152,6 +161,9 @@ class ModelConfig:
         check_choice("model.dense_optimizer_impl", self.dense_optimizer_impl, DENSE_OPTIMIZER_IMPLS)
         check_choice(
             "model.embedding_output_dtype", self.embedding_output_dtype, EMBEDDING_OUTPUT_DTYPES
+        )
+        check_choice(
+            "model.embedding_weight_dtype", self.embedding_weight_dtype, EMBEDDING_WEIGHT_DTYPES
         )
         check_choice("model.compile_mode", self.compile_mode, COMPILE_MODES)
         if self.compile_mode != "default" and not self.compiles_anything:

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torchrec.models.dlrm import DLRM, DLRM_DCN, SparseArch
 from torchrec.modules.crossnet import LowRankCrossNet
-from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
@@ -45,6 +45,7 @@ def table_name(feature: str) -> str:
 def embedding_bag_configs(cfg: ModelConfig) -> list[EmbeddingBagConfig]:
     """One ``EmbeddingBagConfig`` per feature, rows capped by ``max_rows_per_table``."""
     pooling = PoolingType.SUM if cfg.pooling == "sum" else PoolingType.MEAN
+    data_type = {"fp32": DataType.FP32, "fp16": DataType.FP16}[cfg.embedding_weight_dtype]
     return [
         EmbeddingBagConfig(
             name=table_name(feature),
@@ -52,6 +53,7 @@ def embedding_bag_configs(cfg: ModelConfig) -> list[EmbeddingBagConfig]:
             num_embeddings=rows,
             feature_names=[feature],
             pooling=pooling,
+            data_type=data_type,
         )
         for feature, rows in zip(feature_names(cfg.num_features), cfg.table_rows(), strict=True)
     ]

@@ -327,6 +327,12 @@ rocm rt_1gpu_triton_bf16 1 kernel=triton "${NOVAL[@]}"
 write_sets
 rocm rt_1gpu_fbgemm_bf16_multihot_t8 1 "${MULTIHOT[@]}" data.read_threads=8 "${NOVAL[@]}"
 rocm rt_1gpu_fbgemm_bf16_multihot_t2 1 "${MULTIHOT[@]}" data.read_threads=2 "${NOVAL[@]}"
+# the tables in fp16 (half the bytes of every row read and written); _fresh: its convergence, the
+# user's command with the lever, to hold against anchor_1gpu_bf16_compiled_fresh
+rocm rt_1gpu_fbgemm_bf16_embfp16 1 model.embedding_weight_dtype=fp16 "${NOVAL[@]}"
+saved=$TRAIN_BATCHES; TRAIN_BATCHES=$([ "$MODE" = cpu ] && echo 8 || echo 200)
+rocm rt_1gpu_fbgemm_bf16_embfp16_fresh 1 model.embedding_weight_dtype=fp16
+TRAIN_BATCHES=$saved
 rocm rt_1gpu_fbgemm_bf16_nocg 1 model.compile_mode=default "${NOVAL[@]}"
 rocm rt_1gpu_fbgemm_bf16_cpugen 1 data.generate_on=cpu "${NOVAL[@]}"
 rocm rt_2gpu_fbgemm_bf16 2 "${NOVAL[@]}"
