@@ -302,14 +302,11 @@ class ProfilerCallback(pl.Callback):
             return
         self._steps += 1
         c = self._cfg
-        if self._gpu and c.profiler_wait_steps <= self._steps:
+        last = c.profiler_wait_steps + c.profiler_warmup_steps + c.profiler_active_steps
+        if self._gpu and c.profiler_wait_steps <= self._steps <= last:
             # the host runs steps ahead of the GPU: without a sync at each recorded step's edges
             # its window would hold whatever device work ran meanwhile, not the step's own
-            if (
-                self._steps
-                <= c.profiler_wait_steps + c.profiler_warmup_steps + c.profiler_active_steps
-            ):
-                torch.cuda.synchronize()
+            torch.cuda.synchronize()
         self._prof.step()
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

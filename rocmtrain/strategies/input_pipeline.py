@@ -33,7 +33,9 @@ dense work, at the price of one step of staleness (TorchRec's semi-synchronous t
 
 so on a GPU the lookup of k+1 runs under batch k's dense backward and batch k's embedding backward
 under batch k+1's dense forward. Batch k+1 sees the dense update of batch k but not its embedding
-update. The side stream keeps every table read and write in program order. Batches reach ``on_before_batch_transfer`` already on the device. The loader is read
+update. The side stream keeps every table read and write in program order.
+
+Batches reach ``on_before_batch_transfer`` already on the device. The loader is read
 ahead of training (two batches on CPU ranks, as TorchRec's pipeline does; a few more on GPUs, where
 two background threads load and copy): a data position counted in ``on_before_batch_transfer``
 (``RecDataModule``) stays exact, a loader that counts the batches it hands out itself is that
