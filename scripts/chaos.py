@@ -36,6 +36,7 @@ import random
 import shutil
 import sys
 import time
+import traceback
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -324,7 +325,14 @@ def main(argv: list[str] | None = None) -> int:
     s.batches = a.batches or max(30, 12 * a.faults // a.epochs + 10)
     if a.short:
         s.port_hold_s, s.hang_timeout_s = 12.0, 4.0
-    report = run(s, say=lambda m: print(f"chaos: {m}", flush=True))
+    try:
+        report = run(s, say=lambda m: print(f"chaos: {m}", flush=True))
+    except Exception:  # noqa: BLE001  (the report says why; the exit code says it failed)
+        error = traceback.format_exc()
+        print(error, file=sys.stderr, flush=True)
+        s.out.mkdir(parents=True, exist_ok=True)
+        (s.out / "chaos_report.json").write_text(json.dumps({"ok": False, "error": error}))
+        return 1
     print(summary(report), flush=True)
     return 0 if report["ok"] else 1
 

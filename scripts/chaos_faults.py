@@ -41,8 +41,13 @@ def intact(path: Path) -> bool:
     """Fully checked (sizes and sha256), never from a cache: files change under the harness."""
     from rocmtrain import checkpoint as ckpt
 
-    marker = ckpt.read_marker(path)
-    return ckpt.size_problem(path, marker) is None and ckpt.checksum_problem(path, marker) is None
+    try:
+        marker = ckpt.read_marker(path)
+        return (
+            ckpt.size_problem(path, marker) is None and ckpt.checksum_problem(path, marker) is None
+        )
+    except FileNotFoundError:  # a running job pruned it while it was read
+        return False
 
 
 def resume_step(root: Path) -> int:
@@ -107,7 +112,8 @@ def _enospc(fault: Fault, job: Job, s: Any, ctx: dict) -> list[int]:
     wording is not checked)."""
     fs: Tmpfs = ctx["tmpfs"]
     done = [p for _, p in checkpoints(ctx["ckpt_dir"]) if intact(p)]
-    size = checkpoint_bytes(done[-1]) if done else 1 << 20
+    # the job runs and prunes meanwhile: the newest checkpoint still there gives the size
+    size = next((b for b in map(checkpoint_bytes, reversed(done)) if b), 1 << 20)
     stop = threading.Event()
     filled = [0]
 

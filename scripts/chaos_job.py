@@ -222,4 +222,9 @@ def damage_checkpoint(path: Path, rng: random.Random) -> str:
 
 
 def checkpoint_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    """Bytes of checkpoint ``path``, or 0 when the running job pruned it while they were counted
+    (it keeps the newest few and deletes the rest as it saves)."""
+    try:
+        return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    except FileNotFoundError:
+        return 0

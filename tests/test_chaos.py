@@ -29,9 +29,10 @@ def test_chaos_short_run_survives_one_fault_of_each_kind_bit_identical(tmp_path:
          "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=380,
     )  # fmt: skip
-    report = json.loads((out / "chaos_report.json").read_text())
     text = proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert proc.returncode == 0 and report["ok"], text
+    assert (out / "chaos_report.json").is_file(), text
+    report = json.loads((out / "chaos_report.json").read_text())
+    assert proc.returncode == 0 and report["ok"], (report.get("error"), text)
     assert report["faults_injected"] >= 6 and report["faults_survived"] == report["faults_injected"]
     assert all(survived >= 1 for _, survived in report["by_kind"].values()), report["by_kind"]
     assert report["comparison"]["identical"], report["comparison"]
