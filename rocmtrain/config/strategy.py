@@ -7,6 +7,7 @@ python -m rocmtrain +strategy.per_table_sharding.t_cat_0=data_parallel   # one t
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -186,26 +187,6 @@ def check_strategy_arguments(
     check_choice("start_method", start_method, START_METHODS)
 
 
-#: the arguments :func:`check_strategy_arguments` checks (``rccl``, ``watchdog`` and ``plan`` are
-#: converted or taken as they are)
-_CHECKED = (
-    "sharding_type",
-    "kernel",
-    "pipeline",
-    "balance",
-    "per_table_sharding",
-    "planner_batch_size",
-    "semi_sync_start_batch",
-    "pooling_factors",
-    "hbm_cap_gb",
-    "ddr_cap_gb",
-    "fused_params",
-    "ddp_kwargs",
-    "run_dir",
-    "start_method",
-)
-
-
 @dataclass
 class StrategyArguments:
     """``TorchRecStrategy``'s own arguments (the rest are Lightning's ``DDPStrategy``'s).
@@ -272,7 +253,8 @@ class StrategyArguments:
         return cls(**{f.name: arguments[f.name] for f in fields(cls)})
 
     def __post_init__(self) -> None:
-        check_strategy_arguments(**{name: getattr(self, name) for name in _CHECKED})
+        checked = inspect.signature(check_strategy_arguments).parameters
+        check_strategy_arguments(**{name: getattr(self, name) for name in checked})
         self.rccl = as_config(self.rccl, RcclConfig, field="rccl", group="rccl")
         self.watchdog = (
             WatchdogConfig(enabled=False)

@@ -71,11 +71,11 @@ def plan_settings(args: StrategyArguments) -> PlanSettings:
     """The planning part of the strategy's (checked) arguments."""
     return PlanSettings(
         sharding_type=args.sharding_type,
-        per_table=dict(args.per_table_sharding or {}),
+        per_table=args.per_table_sharding,
         kernel=args.kernel,
         balance=args.balance,
         fused_params=args.fused_params,
-        pooling_factors=dict(args.pooling_factors) if args.pooling_factors else None,
+        pooling_factors=args.pooling_factors,
         batch_size=args.planner_batch_size,
         hbm_cap_gb=args.hbm_cap_gb,
         ddr_cap_gb=args.ddr_cap_gb,

@@ -303,10 +303,6 @@ class TorchRecStrategy(DDPStrategy):
         )
         return self._dmp
 
-    def _data_parallel_wrapper(self) -> Any:
-        """TorchRec's DDP wrapper of the dense part, with ``ddp_kwargs``."""
-        return sharding.data_parallel_wrapper(self._args.ddp_kwargs)
-
     @property
     def dmp(self) -> DistributedModelParallel:
         """The ``DistributedModelParallel`` wrapper (after ``setup``; kept after teardown)."""

@@ -8,46 +8,17 @@ from pathlib import Path
 
 import pytest
 from dist_ranks import run_ranks
-from test_strategy_semi_sync import BATCHES, _cfg
-
-DTYPES = ("fp32", "fp16")
+from test_strategy_semi_sync import BATCHES, _cfg, _fit
 
 
 def _worker(rank: int, root: str):
-    import os
-
-    import pytorch_lightning as pl
-    import torch.distributed as dist
-
-    from rocmtrain.data import build_datamodule
     from rocmtrain.models.module import DLRMModule
-    from rocmtrain.train import build_trainer
 
     out = {}
-    for i, dtype in enumerate(DTYPES):
+    for i, dtype in enumerate(("fp32", "fp16")):
         cfg = _cfg(Path(root) / dtype, "sparse_dist")
         cfg.model.embedding_weight_dtype = dtype
-        pl.seed_everything(cfg.seed, verbose=False)
-        m = cfg.model
-        dm = build_datamodule(
-            cfg.data,
-            num_embeddings_per_feature=m.table_rows(),
-            multi_hot_sizes=None,
-            num_dense=13,
-            seed=cfg.seed,
-        )
-        module = DLRMModule(m, verbose=False)
-        trainer = build_trainer(cfg, Path(cfg.run_dir))
-        os.environ["MASTER_PORT"] = str(int(os.environ["MASTER_PORT"]) + min(i, 1))
-        trainer.fit(module, datamodule=dm)
-        tables = {
-            str(t.local_shards()[0].tensor.dtype)
-            for k, t in module.state_dict().items()
-            if "embedding_bags" in k and hasattr(t, "local_shards") and t.local_shards()
-        }
-        out[dtype] = dict(losses=list(module.step_losses), tables=sorted(tables))
-        dist.barrier()
-        dist.destroy_process_group()
+        out[dtype] = _fit(cfg, DLRMModule, min(i, 1))
     return out
 
 
@@ -56,9 +27,9 @@ def test_low_precision_tables_train_like_fp32(tmp_path):
     import torch
 
     for rank, r in enumerate(run_ranks(_worker, 2, str(tmp_path))):
-        assert r["fp32"]["tables"] == ["torch.float32"], r["fp32"]["tables"]
+        assert r["fp32"]["table_dtypes"] == ["torch.float32"], r["fp32"]["table_dtypes"]
         ref = torch.tensor(r["fp32"]["losses"])
-        assert r["fp16"]["tables"] == ["torch.float16"], r["fp16"]["tables"]
+        assert r["fp16"]["table_dtypes"] == ["torch.float16"], r["fp16"]["table_dtypes"]
         got = torch.tensor(r["fp16"]["losses"])
         assert len(got) == len(ref) == BATCHES
         diff = (got - ref).abs()

@@ -48,7 +48,9 @@ def test_unknown_keyword_is_rejected_not_swallowed():
 
 def test_ddp_kwargs_reach_the_dense_ddp_of_dmp():
     s = TorchRecStrategy(ddp_kwargs={"bucket_cap_mb": 50, "gradient_as_bucket_view": True})
-    wrapper = s._data_parallel_wrapper()
+    from rocmtrain.strategies.sharding import data_parallel_wrapper
+
+    wrapper = data_parallel_wrapper(s._args.ddp_kwargs)
     assert wrapper._bucket_cap_mb == 50
     assert wrapper._ddp_kwargs == {"gradient_as_bucket_view": True}
 

@@ -99,6 +99,7 @@ def _fit(cfg, module_cls, index: int):
     # each fit its own process group and rendezvous port (the last one's store may linger)
     os.environ["MASTER_PORT"] = str(int(os.environ["MASTER_PORT"]) + index)
     trainer.fit(module, datamodule=dm)
+    tables = _table_dtypes(module)  # the shards' state needs the process group
     dist.barrier()
     dist.destroy_process_group()
     pipeline = getattr(module, "_pipeline", None)
@@ -107,6 +108,18 @@ def _fit(cfg, module_cls, index: int):
         losses=list(module.step_losses),
         pipeline=type(pipeline).__name__ if pipeline is not None else None,
         looked_up_ahead=own.looked_up_ahead if own is not None else None,
+        table_dtypes=tables,
+    )
+
+
+def _table_dtypes(module) -> list[str]:
+    """The dtypes of this rank's table shards."""
+    return sorted(
+        {
+            str(t.local_shards()[0].tensor.dtype)
+            for k, t in module.state_dict().items()
+            if "embedding_bags" in k and hasattr(t, "local_shards") and t.local_shards()
+        }
     )
 
 
