@@ -276,6 +276,8 @@ A1=(--bf16 "${ANCHOR_SMALL[@]}")
 #            _onehot: the same rows one-hot (data=criteo_npy)
 #   rt_1gpu_fbgemm_bf16_semi[_rK]: the recipe with strategy.pipeline=semi_sync (the embedding
 #            work on a side stream under the dense work, one step stale), rounds 1-3
+#   rt_1gpu_fbgemm_bf16_{embfp16,optfused,nobounds}[_rK]: the tables in fp16, the dense Adagrad
+#            fused, FBGEMM's bounds check off (FBGEMM_TBE_BOUNDS_CHECK_MODE=3), rounds 1-3
 convergence_pair() {  # convergence_pair SFX SEED: the user's command verbatim (200 batches, its
   # validation) and plain TorchRec on the same samples (the recipe's generator on the GPU)
   local sfx=$1 seed=$2 batches val saved extra=()
@@ -304,6 +306,11 @@ for rep in 1 2 3 4 5; do
     prof=(); [ "$rep" = 1 ] && prof=("${PROF[@]}")
     rocm "rt_1gpu_fbgemm_bf16_semi$sfx" 1 strategy.pipeline=semi_sync "${NOVAL[@]}" "${prof[@]}"
   fi
+  if [ "$rep" -le 3 ]; then  # dense and embedding levers, each on top of the recipe as shipped
+    rocm "rt_1gpu_fbgemm_bf16_embfp16$sfx" 1 model.embedding_weight_dtype=fp16 "${NOVAL[@]}"
+    rocm "rt_1gpu_fbgemm_bf16_optfused$sfx" 1 model.dense_optimizer_impl=fused "${NOVAL[@]}"
+    FBGEMM_TBE_BOUNDS_CHECK_MODE=3 rocm "rt_1gpu_fbgemm_bf16_nobounds$sfx" 1 "${NOVAL[@]}"
+  fi
   [ "$rep" = 1 ] && convergence_pair "" 1234
   if [ "$rep" -le 3 ]; then  # the recipe trained from MLPerf-layout multi-hot files
     write_sets
@@ -327,9 +334,8 @@ rocm rt_1gpu_triton_bf16 1 kernel=triton "${NOVAL[@]}"
 write_sets
 rocm rt_1gpu_fbgemm_bf16_multihot_t8 1 "${MULTIHOT[@]}" data.read_threads=8 "${NOVAL[@]}"
 rocm rt_1gpu_fbgemm_bf16_multihot_t2 1 "${MULTIHOT[@]}" data.read_threads=2 "${NOVAL[@]}"
-# the tables in fp16 (half the bytes of every row read and written); _fresh: its convergence, the
-# user's command with the lever, to hold against anchor_1gpu_bf16_compiled_fresh
-rocm rt_1gpu_fbgemm_bf16_embfp16 1 model.embedding_weight_dtype=fp16 "${NOVAL[@]}"
+# the tables in fp16 (rounds above): its convergence, the user's command with the lever, to hold
+# against anchor_1gpu_bf16_compiled_fresh
 saved=$TRAIN_BATCHES; TRAIN_BATCHES=$([ "$MODE" = cpu ] && echo 8 || echo 200)
 rocm rt_1gpu_fbgemm_bf16_embfp16_fresh 1 model.embedding_weight_dtype=fp16
 TRAIN_BATCHES=$saved

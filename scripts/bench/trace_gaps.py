@@ -128,14 +128,45 @@ def analyse(events: list[dict], min_gap_us: float, depth: int) -> dict:
     }
 
 
+def kernels_by_op(events: list[dict], depth: int, top: int = 60) -> list[dict]:
+    """Device work per (kernel, launching host ops) over the recorded steps, per step: which
+    host code launched each kernel (a CUDA-graph replay names the compiled function's range)."""
+    gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATS]
+    calls = [e for e in events if e.get("ph") == "X" and e.get("cat") in RUNTIME_CATS]
+    runtime = {e["args"]["correlation"]: e for e in calls if "correlation" in e.get("args", {})}
+    stacks = CpuStacks(events)
+    n = max(1, sum(1 for e in events if e.get("ph") == "X" and e.get("cat") in CPU_CATS
+                   and str(e.get("name", "")).startswith("ProfilerStep#")))  # fmt: skip
+    rows: dict[tuple[str, str], dict] = defaultdict(lambda: {"us": 0.0, "calls": 0})
+    for g in gpu:
+        r = runtime.get(g.get("args", {}).get("correlation"))
+        label = _label(stacks.enclosing(r.get("tid"), r["ts"]), depth) if r else "(no launch)"
+        if r:
+            label = f"{r['name']} @ {label}"
+        row = rows[(g["name"][:160], label)]
+        row["us"] += g.get("dur", 0)
+        row["calls"] += 1
+    out = [{"kernel": k, "launched_by": op, "us_per_step": round(v["us"] / n, 1),
+            "calls_per_step": v["calls"] / n} for (k, op), v in rows.items()]  # fmt: skip
+    return sorted(out, key=lambda x: -x["us_per_step"])[:top]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace", help="chrome trace (.json or .json.gz) from torch.profiler")
     ap.add_argument("--min-gap-us", type=float, default=10.0)
     ap.add_argument("--depth", type=int, default=2, help="launching op names kept per gap")
     ap.add_argument("--out", default="")
+    ap.add_argument("--kernels", action="store_true",
+                    help="also list device time per kernel and the host ops that launched it")
     args = ap.parse_args(argv)
-    res = analyse(load(args.trace), args.min_gap_us, args.depth)
+    events = load(args.trace)
+    res = analyse(events, args.min_gap_us, args.depth)
+    if args.kernels:
+        res["kernels"] = kernels_by_op(events, depth=3)
+        for k in res["kernels"]:
+            print(f"{k['us_per_step']:8.1f} us x{k['calls_per_step']:.1f}  {k['kernel'][:110]}"
+                  f"  <- {k['launched_by'][:160]}")
     for s in res["steps"]:
         print(f"{s['step']}: wall {s['wall_us']:.0f} us, GPU busy {s['busy_us']:.0f}, "
               f"idle {s['idle_us']:.0f}")  # fmt: skip

@@ -47,3 +47,32 @@ def test_trace_gaps_attributes_idle_time(tmp_path):
     assert res["blocking_host_calls_per_step"] == {
         "cudaStreamSynchronize": {"us": 250.0, "calls": 1.0}
     }
+
+
+def test_trace_gaps_kernels_name_their_launching_op(tmp_path):
+    import trace_gaps
+
+    ev = [
+        _x("user_annotation", "ProfilerStep#1", 0, 1000),
+        _x("user_annotation", "ProfilerStep#2", 1000, 1000),
+        _x("user_annotation", "## Call CompiledFxGraph abc ##", 100, 50),
+        _x("cuda_runtime", "cudaGraphLaunch", 110, 5, correlation=1),
+        _x("user_annotation", "_TBEFunctionBackward", 1200, 100),
+        _x("cuda_runtime", "cudaLaunchKernel", 1210, 5, correlation=2),
+        _x("cuda_runtime", "cudaLaunchKernel", 1250, 5, correlation=3),
+        _x("kernel", "triton_poi_fused_add_mul_0", 200, 300, tid=7, correlation=1),
+        _x("kernel", "radix_sort", 1300, 40, tid=7, correlation=2),
+        _x("kernel", "radix_sort", 1400, 60, tid=7, correlation=3),
+    ]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    out = tmp_path / "k.json"
+    assert trace_gaps.main([str(path), "--kernels", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["kernels"]
+    assert rows == [
+        {"kernel": "triton_poi_fused_add_mul_0",
+         "launched_by": "cudaGraphLaunch @ ## Call CompiledFxGraph abc ##",
+         "us_per_step": 150.0, "calls_per_step": 0.5},
+        {"kernel": "radix_sort", "launched_by": "cudaLaunchKernel @ _TBEFunctionBackward",
+         "us_per_step": 50.0, "calls_per_step": 1.0},
+    ]  # fmt: skip
