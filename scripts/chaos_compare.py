@@ -108,11 +108,12 @@ def compare_csv(ref_dir: Path, run_dir: Path) -> dict[str, Any]:
         for c in CSV_COLUMNS
         if r.get(c) != ref.get(r["step"], {}).get(c)
     ]
+    missing = sorted(set(ref) - {r["step"] for r in rows}, key=int)
     return dict(
         rows=len(rows),
         steps=len({r["step"] for r in rows}),
         ref_steps=len(ref),
-        mismatches=bad[:20],
+        mismatches=bad[:20] + [f"step {s}: no row in any attempt's metrics" for s in missing[:20]],
     )
 
 

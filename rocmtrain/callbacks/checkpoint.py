@@ -15,6 +15,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 
+from rocmtrain.callbacks.progress import write_step_metrics_now
 from rocmtrain.checkpoint import checkpoint_name, is_complete, save
 
 
@@ -44,6 +45,7 @@ class AtomicCheckpoint(pl.Callback):
         # and the next run (more steps, same epochs) would skip the rest of that epoch
         last = 0 < trainer.max_steps <= step
         if every or (last and (n or self.every_n_epochs)):
+            write_step_metrics_now(trainer)  # the step's row on disk before its checkpoint
             save(trainer, self.root, self.keep_last)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -22,6 +22,26 @@ def loggers_write(trainer: pl.Trainer) -> bool:
     return (trainer.global_step + 1) % max(1, trainer.log_every_n_steps) == 0 or trainer.should_stop
 
 
+def write_step_metrics_now(trainer: pl.Trainer) -> None:
+    """Write this training step's logged values to the loggers now, from ``on_train_batch_end``,
+    and skip Lightning's own write of them that follows the step's hooks.
+
+    A checkpoint saved in ``on_train_batch_end`` would otherwise exist on disk before the row of
+    its step does: a process killed in between resumes after that step, and the row is lost for
+    good. Callers write first, then save. Uses the logger connector's private method (as
+    Lightning's loop does); a Lightning without it writes the rows after the save, as before."""
+    conn = getattr(trainer, "_logger_connector", None)
+    write = getattr(conn, "update_train_step_metrics", None)
+    if write is None or "update_train_step_metrics" in vars(conn):
+        return  # not this Lightning, or written already this step
+
+    def skip_once() -> None:
+        del conn.update_train_step_metrics
+
+    write()
+    conn.update_train_step_metrics = skip_once
+
+
 class HostMetricsProgressBar(TQDMProgressBar):
     """``TQDMProgressBar`` that adds the module's ``progress_metrics`` (host floats)."""
 

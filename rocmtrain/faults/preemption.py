@@ -23,7 +23,6 @@ under Slurm so Lightning never arms its requeue path. The previous handlers come
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -296,13 +295,17 @@ class Preemption:
         save one checkpoint at this step and leave with the requeue (or interrupt) code.
 
         ``log_step_metrics``: called from ``on_train_batch_end``, before Lightning has logged
-        this step's metrics (they are logged first, so the run's metrics end with the step the
-        checkpoint contains); after the step's hooks they are logged already."""
+        this step's metrics (they are written before the checkpoint, so the run's metrics end
+        with the step the checkpoint contains); after the step's hooks they are logged already."""
         if trainer.global_step % self._every:
             return
         verdict = self._agree(trainer)
         if not verdict:
             return
+        if log_step_metrics:
+            from rocmtrain.callbacks.progress import write_step_metrics_now
+
+            write_step_metrics_now(trainer)
         self.checkpoint_path = save_preemption_checkpoint(trainer, self._run_dir)
         code = self._exit_code if verdict == _PREEMPT else INTERRUPTED
         if verdict == _PREEMPT:
@@ -321,9 +324,6 @@ class Preemption:
                 file=sys.stderr,
                 flush=True,
             )
-        if log_step_metrics:  # private API, best effort
-            with contextlib.suppress(Exception):
-                trainer._logger_connector.update_train_step_metrics()
         raise SystemExit(code)
 
     def _agree(self, trainer: pl.Trainer) -> int:
