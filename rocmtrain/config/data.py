@@ -163,6 +163,17 @@ class DataConfig:
     def __post_init__(self) -> None:
         self.validate_values()
 
+    def ids_in_range(self, table_rows: list[int]) -> bool:
+        """Whether every sparse id these data hand the model is a row of its table by
+        construction (``model.embedding_bounds_check=auto`` then skips the kernel's check):
+        the synthetic generator draws ids in ``[0, rows)``; ``criteo_tsv`` takes them ``% rows``;
+        ``criteo_npy`` checks every batch on the host (a bad id stops the run naming its file
+        and row) or takes raw ids ``% rows``; ``criteo_multihot`` takes them ``% rows`` where a
+        table has fewer than 2**31 - 1 rows (larger tables get the file's int32 ids as they are)."""
+        if self.kind == "criteo_multihot":
+            return max(table_rows, default=0) < 2**31 - 1
+        return self.kind in ("synthetic", "criteo_tsv", "criteo_npy")
+
     def validate(self) -> None:
         """Check values and files; raise :class:`DataConfigError` naming field, value and fix."""
         self.validate_values()

@@ -17,9 +17,10 @@ INTERACTIONS = ("dot", "dcn")
 POOLINGS = ("sum", "mean")
 EMBEDDING_OPTIMIZERS = ("adagrad", "rowwise_adagrad", "sgd", "adam")
 DENSE_OPTIMIZERS = ("adagrad", "sgd", "adam")
-DENSE_OPTIMIZER_IMPLS = ("auto", "for_loop", "foreach", "fused")
+DENSE_OPTIMIZER_IMPLS = ("auto", "for_loop", "foreach", "fused", "compiled")
 EMBEDDING_OUTPUT_DTYPES = ("fp32", "bf16", "fp16", "autocast")
 EMBEDDING_WEIGHT_DTYPES = ("fp32", "fp16")
+EMBEDDING_BOUNDS_CHECKS = ("auto", "on", "off")
 WEIGHT_BYTES = {"fp32": 4, "fp16": 2}
 COMPILE_MODES = ("default", "reduce-overhead")
 
@@ -103,6 +104,15 @@ class ModelConfig:
     (Adagrad's sums) stays fp32. Half the table memory and half the bytes of every row the lookups
     and the update read and write. (bf16 tables: FBGEMM's CPU kernels have none, so they cannot
     be tested here.) A checkpoint resumes into a run with the dtype it was written with."""
+    embedding_bounds_check: str = "auto"
+    """Whether the embedding kernel checks every id against its table's rows before the lookup:
+    ``on`` (FBGEMM's default ``BoundsCheckMode.WARNING``: a bad id is counted, warned about and
+    read as row 0; rocmtrain's kernel raises), ``off`` (``BoundsCheckMode.NONE``: no check, one
+    pass over the ids and offsets less per step; an id outside its table then reads and updates
+    memory that is not its row, so only for ids in range by construction), or ``auto``: ``off``
+    where the run's data make every id a row of its table (``DataConfig.ids_in_range``: the
+    synthetic generator draws them in range, the Criteo readers check or take them ``% rows``),
+    else ``on`` (:func:`resolve_model_config`; a module built from an unresolved config checks)."""
     embedding_lr: float = 0.05
     """Learning rate of the embedding optimizer."""
     embedding_eps: float = 1e-8
@@ -118,7 +128,8 @@ class ModelConfig:
     kernels over all dense parameters, one per elementwise op; ``fused`` = one multi-tensor kernel
     for the whole update. Where this PyTorch has no fused kernel for the optimizer and device
     (fused Adagrad on CUDA arrived after some 2.x releases) ``fused`` runs ``foreach`` and logs a
-    warning."""
+    warning. ``compiled`` = the ``foreach`` update compiled by ``torch.compile`` (Inductor fuses
+    its kernels; a one-time compile of a few seconds, and a C++ compiler on CPU)."""
     auc_num_thresholds: int | None = None
     """Bins of the validation AUROC (torchmetrics ``thresholds``); ``null`` = exact AUC (keeps
     all predictions in memory: fine for CPU-sized validation sets, use e.g. 10000 on GPUs)."""
@@ -166,6 +177,9 @@ class ModelConfig:
             "model.embedding_weight_dtype", self.embedding_weight_dtype, EMBEDDING_WEIGHT_DTYPES
         )
         check_choice("model.compile_mode", self.compile_mode, COMPILE_MODES)
+        check_choice(
+            "model.embedding_bounds_check", self.embedding_bounds_check, EMBEDDING_BOUNDS_CHECKS
+        )
         if self.compile_mode != "default" and not self.compiles_anything:
             raise ConfigError(
                 "model.compile_mode",

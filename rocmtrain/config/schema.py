@@ -152,20 +152,25 @@ def resolve_model_config(cfg: RunConfig, where: Placement | None = None) -> Mode
     under autocast on a GPU — it would round them to that dtype at its first GEMM anyway — and
     fp32 otherwise (an fp32 run, an fp32 interaction, or the CPU, where FBGEMM's kernels write no
     bf16 pooled output). ``where``, the run's placement, says whether it is a GPU run; without
-    it :func:`rocmtrain.platform.is_gpu_run` is asked.
+    it :func:`rocmtrain.platform.is_gpu_run` is asked. ``model.embedding_bounds_check=auto``
+    becomes ``off`` where the run's data make every id a row of its table
+    (:meth:`DataConfig.ids_in_range <rocmtrain.config.data.DataConfig.ids_in_range>`), else ``on``.
     """
     import dataclasses
 
     from rocmtrain import platform
 
     model = cfg.model
-    if model.embedding_output_dtype != "autocast":
-        return model
-    low = {"bf16-mixed": "bf16", "16-mixed": "fp16"}.get(cfg.precision.mode)
-    autocast_interaction = cfg.precision.policy.interaction == "autocast"
-    gpu = where.gpu if where else platform.is_gpu_run(cfg.trainer.accelerator)
-    dtype = low if low and autocast_interaction and gpu else "fp32"
-    return dataclasses.replace(model, embedding_output_dtype=dtype)
+    if model.embedding_output_dtype == "autocast":
+        low = {"bf16-mixed": "bf16", "16-mixed": "fp16"}.get(cfg.precision.mode)
+        autocast_interaction = cfg.precision.policy.interaction == "autocast"
+        gpu = where.gpu if where else platform.is_gpu_run(cfg.trainer.accelerator)
+        dtype = low if low and autocast_interaction and gpu else "fp32"
+        model = dataclasses.replace(model, embedding_output_dtype=dtype)
+    if model.embedding_bounds_check == "auto":
+        in_range = cfg.data.ids_in_range(model.table_rows())
+        model = dataclasses.replace(model, embedding_bounds_check="off" if in_range else "on")
+    return model
 
 
 def validate_run_config(cfg: RunConfig) -> None:

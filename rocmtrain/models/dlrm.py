@@ -15,6 +15,7 @@ attached with ``apply_optimizer_in_backward`` so TorchRec fuses it into the TBE 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
 from torch import nn
@@ -210,24 +211,38 @@ def apply_embedding_optimizer(module: nn.Module, cfg: ModelConfig) -> None:
                     "rocmtrain.config.schema.resolve_model_config(run_config), or give the dtype "
                     "(fp32, bf16, fp16)",
                 )
-            if cfg.embedding_output_dtype != "fp32":
-                _set_output_dtype(sub, cfg.embedding_output_dtype)
+            _set_kernel_options(sub, kernel_options(cfg))
 
 
-def _set_output_dtype(ebc: nn.Module, dtype: str) -> None:
-    """Ask the embedding kernel for pooled outputs of ``dtype`` (``model.embedding_output_dtype``).
+def kernel_options(cfg: ModelConfig) -> dict[str, Any]:
+    """The embedding kernel's options that differ from its defaults: ``output_dtype``
+    (``model.embedding_output_dtype``) and ``bounds_check_mode`` (``model.embedding_bounds_check
+    =off``; ``auto`` unresolved keeps the check)."""
+    from fbgemm_gpu.split_embedding_configs import SparseType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import BoundsCheckMode
+
+    options: dict[str, Any] = {}
+    if cfg.embedding_output_dtype != "fp32":
+        dtypes = {"bf16": SparseType.BF16, "fp16": SparseType.FP16}
+        options["output_dtype"] = dtypes[cfg.embedding_output_dtype]
+    if cfg.embedding_bounds_check == "off":
+        options["bounds_check_mode"] = BoundsCheckMode.NONE
+    return options
+
+
+def _set_kernel_options(ebc: nn.Module, options: dict[str, Any]) -> None:
+    """Hand ``options`` to the embedding kernel of every table of ``ebc``.
 
     TorchRec merges each table parameter's in-backward optimizer kwargs into the kernel's
-    ``fused_params`` when it shards the table, so that is where ``output_dtype`` goes. It is added
-    after ``apply_optimizer_in_backward``, which builds the optimizer from the same kwargs and
-    would reject an unknown one.
+    ``fused_params`` when it shards the table, so that is where they go. They are added after
+    ``apply_optimizer_in_backward``, which builds the optimizer from the same kwargs and would
+    reject an unknown one.
     """
-    from fbgemm_gpu.split_embedding_configs import SparseType
-
-    sparse = {"bf16": SparseType.BF16, "fp16": SparseType.FP16}[dtype]
+    if not options:
+        return
     for param in ebc.parameters():
         kwargs = param._optimizer_kwargs  # type: ignore[attr-defined]
-        kwargs[-1] = {**kwargs[-1], "output_dtype": sparse}
+        kwargs[-1] = {**kwargs[-1], **options}
 
 
 def dense_optimizer(params, cfg: ModelConfig) -> torch.optim.Optimizer:
@@ -253,7 +268,29 @@ def dense_optimizer(params, cfg: ModelConfig) -> torch.optim.Optimizer:
         kwargs["fused"] = True
     elif impl in ("foreach", "for_loop"):
         kwargs["foreach"] = impl == "foreach"
-    return cls(params, **kwargs)
+    optimizer = cls(params, **kwargs)
+    return compile_step(optimizer) if impl == "compiled" else optimizer
+
+
+def compile_step(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """``optimizer`` whose update runs as one ``torch.compile``'d function (PyTorch's "Compiling
+    the optimizer with torch.compile" recipe): Inductor fuses the foreach update's elementwise
+    kernels (Adagrad: a dozen multi-tensor launches) into a few. The closure Lightning passes
+    (forward and backward) runs eagerly first, outside the compiled function. The learning rate
+    is a Python float: changing it (a scheduler) recompiles the update."""
+    eager_step = optimizer.step
+    compiled = torch.compile(lambda: eager_step(), fullgraph=False)
+
+    def step(closure: Any = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        compiled()
+        return loss
+
+    optimizer.step = step  # type: ignore[method-assign]
+    return optimizer
 
 
 _FUSED_SUPPORT: dict[tuple[type, str], bool] = {}

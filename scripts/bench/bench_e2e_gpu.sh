@@ -240,6 +240,8 @@ else
 fi
 # the throughput stages skip validation; the user's command and the convergence pair validate
 NOVAL=(trainer.limit_val_batches=0)
+# the recipe's step levers undone: the kernel's id check on, the dense Adagrad step eager
+BEFORE=(model.embedding_bounds_check=on model.dense_optimizer_impl=foreach)
 # file sets for the data=criteo_multihot / criteo_npy stages, written once per --work folder
 SETS=$WORK/sets
 write_sets() {
@@ -276,8 +278,10 @@ A1=(--bf16 "${ANCHOR_SMALL[@]}")
 #            _onehot: the same rows one-hot (data=criteo_npy)
 #   rt_1gpu_fbgemm_bf16_semi[_rK]: the recipe with strategy.pipeline=semi_sync (the embedding
 #            work on a side stream under the dense work, one step stale), rounds 1-3
-#   rt_1gpu_fbgemm_bf16_{embfp16,optfused,nobounds}[_rK]: the tables in fp16, the dense Adagrad
-#            fused, FBGEMM's bounds check off (FBGEMM_TBE_BOUNDS_CHECK_MODE=3), rounds 1-3
+#   rt_1gpu_fbgemm_bf16_before[_rK]: the recipe with its step levers undone (BEFORE), rounds
+#            1-3, profiled in round 1; _boundson / _optforeach: one lever undone each
+#            (model.embedding_bounds_check=on / model.dense_optimizer_impl=foreach); _embfp16:
+#            the tables in fp16 (a memory lever), rounds 1-3
 convergence_pair() {  # convergence_pair SFX SEED: the user's command verbatim (200 batches, its
   # validation) and plain TorchRec on the same samples (the recipe's generator on the GPU)
   local sfx=$1 seed=$2 batches val saved extra=()
@@ -306,10 +310,12 @@ for rep in 1 2 3 4 5; do
     prof=(); [ "$rep" = 1 ] && prof=("${PROF[@]}")
     rocm "rt_1gpu_fbgemm_bf16_semi$sfx" 1 strategy.pipeline=semi_sync "${NOVAL[@]}" "${prof[@]}"
   fi
-  if [ "$rep" -le 3 ]; then  # dense and embedding levers, each on top of the recipe as shipped
+  if [ "$rep" -le 3 ]; then  # the recipe without its step levers (before), each lever undone
+    prof=(); [ "$rep" = 1 ] && prof=("${PROF[@]}")
+    rocm "rt_1gpu_fbgemm_bf16_before$sfx" 1 "${BEFORE[@]}" "${NOVAL[@]}" "${prof[@]}"
+    rocm "rt_1gpu_fbgemm_bf16_boundson$sfx" 1 model.embedding_bounds_check=on "${NOVAL[@]}"
+    rocm "rt_1gpu_fbgemm_bf16_optforeach$sfx" 1 model.dense_optimizer_impl=foreach "${NOVAL[@]}"
     rocm "rt_1gpu_fbgemm_bf16_embfp16$sfx" 1 model.embedding_weight_dtype=fp16 "${NOVAL[@]}"
-    rocm "rt_1gpu_fbgemm_bf16_optfused$sfx" 1 model.dense_optimizer_impl=fused "${NOVAL[@]}"
-    FBGEMM_TBE_BOUNDS_CHECK_MODE=3 rocm "rt_1gpu_fbgemm_bf16_nobounds$sfx" 1 "${NOVAL[@]}"
   fi
   [ "$rep" = 1 ] && convergence_pair "" 1234
   if [ "$rep" -le 3 ]; then  # the recipe trained from MLPerf-layout multi-hot files
