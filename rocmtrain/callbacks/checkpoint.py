@@ -15,7 +15,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-from rocmtrain.callbacks.progress import write_step_metrics_now
+from rocmtrain.callbacks.progress import after_epoch_metrics_written, write_step_metrics_now
 from rocmtrain.checkpoint import checkpoint_name, is_complete, save
 
 
@@ -60,4 +60,6 @@ class AtomicCheckpoint(pl.Callback):
             if is_complete(self.root / name):
                 self.last_saved = self.root / name
                 return
-            save(trainer, self.root, self.keep_last)
+            # after the epoch's row (logged in the module's own on_train_epoch_end, which runs
+            # after this hook) is on disk
+            after_epoch_metrics_written(trainer, lambda: save(trainer, self.root, self.keep_last))

@@ -10,6 +10,7 @@ the host when the bar refreshes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytorch_lightning as pl
@@ -40,6 +41,39 @@ def write_step_metrics_now(trainer: pl.Trainer) -> None:
 
     write()
     conn.update_train_step_metrics = skip_once
+
+
+def after_epoch_metrics_written(trainer: pl.Trainer, action: Callable[[], None]) -> None:
+    """Run ``action`` (an epoch-end checkpoint) right after Lightning writes the epoch's logged
+    values to the loggers, not now.
+
+    Lightning calls the callbacks' ``on_train_epoch_end`` before the LightningModule's, where
+    epoch rows are logged (``DLRMModule``: train loss and AUC, the validation metrics, samples/s),
+    and writes those rows after both: a checkpoint saved in the callback's hook existed on disk
+    before the epoch's row did, and a process killed in between resumed past an epoch whose row
+    no attempt had written. The action runs with the loop's counters as the epoch-end hooks saw
+    them (Lightning lowers the stepped-batch count by one around its write so the epoch row
+    shares the last step's index). Uses the logger connector's private method, as Lightning's
+    loop does; on a Lightning without it the action runs now."""
+    conn = getattr(trainer, "_logger_connector", None)
+    write = getattr(conn, "update_train_epoch_metrics", None)
+    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    if write is None or not hasattr(loop, "_batches_that_stepped"):
+        action()
+        return
+    if "update_train_epoch_metrics" in vars(conn):  # one deferred action per epoch end
+        return
+
+    def write_then_act() -> None:
+        del conn.update_train_epoch_metrics
+        write()
+        loop._batches_that_stepped += 1
+        try:
+            action()
+        finally:
+            loop._batches_that_stepped -= 1
+
+    conn.update_train_epoch_metrics = write_then_act
 
 
 class HostMetricsProgressBar(TQDMProgressBar):

@@ -76,3 +76,87 @@ def test_killed_right_after_a_save_the_resumed_run_has_every_steps_row(tmp_path:
     assert second.returncode == 0, second.stderr[-3000:]
     resumed = _loss_steps(run / "logs" / "a2" / "metrics.csv")
     assert resumed == [6, 7, 8]  # once each: the early write is not repeated by Lightning's own
+
+
+EPOCH_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys
+    import pytorch_lightning as pl
+    from pytorch_lightning.demos.boring_classes import BoringModel
+    from pytorch_lightning.loggers import CSVLogger
+    from pathlib import Path
+    import rocmtrain.callbacks.checkpoint as checkpoint_callback
+    from rocmtrain.callbacks.checkpoint import AtomicCheckpoint
+
+    run, version, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+    class EpochLogged(BoringModel):
+        # like DLRMModule: the epoch row (its loss, the validation values) is logged in the
+        # module's on_train_epoch_end, and only for an epoch this process trained batches of
+        def __init__(self):
+            super().__init__()
+            self.trained = 0
+
+        def training_step(self, batch, batch_idx):
+            self.trained += 1
+            return super().training_step(batch, batch_idx)
+
+        def on_train_epoch_end(self):
+            if self.trained:
+                self.log("epoch_row", float(self.current_epoch))
+            self.trained = 0
+
+    real_save = checkpoint_callback.save
+
+    def save_then_die(trainer, root, keep_last):  # SIGKILL right after a complete save
+        out = real_save(trainer, root, keep_last)
+        if trainer.global_step == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+    checkpoint_callback.save = save_then_die
+    trainer = pl.Trainer(
+        max_epochs=3, limit_train_batches=3, limit_val_batches=0, accelerator="cpu", devices=1,
+        log_every_n_steps=1, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, logger=CSVLogger(run, name="logs", version=version),
+        callbacks=[AtomicCheckpoint(f"{run}/ck", every_n_epochs=1, keep_last=5)],
+    )
+    found = sorted(Path(f"{run}/ck").glob("step-*"))
+    trainer.fit(EpochLogged(), ckpt_path=str(found[-1]) if found else None)
+    """
+)
+
+
+def _epoch_rows(path: Path) -> list[tuple[int, int]]:
+    with open(path) as fh:
+        return [
+            (int(float(r["epoch_row"])), int(r["step"]))
+            for r in csv.DictReader(fh)
+            if r.get("epoch_row")
+        ]
+
+
+def test_killed_right_after_an_epoch_end_save_no_epoch_row_is_lost(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    first = subprocess.run(
+        [sys.executable, "-c", EPOCH_SCRIPT, str(run), "a1", "6"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
+    assert (run / "ck" / "step-000000006").exists(), first.stderr[-3000:]
+    # the checkpoint of epoch 1's end exists only after epoch 1's row: both rows are on disk,
+    # each at its epoch's last step (Lightning's index of the epoch row)
+    assert _epoch_rows(run / "logs" / "a1" / "metrics.csv") == [(0, 2), (1, 5)]
+
+    second = subprocess.run(
+        [sys.executable, "-c", EPOCH_SCRIPT, str(run), "a2", "-1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    # resumed at epoch 2 (not at epoch 1 again): its row only, at the same step as uninterrupted
+    assert _epoch_rows(run / "logs" / "a2" / "metrics.csv") == [(2, 8)]
+    assert (run / "ck" / "step-000000009").exists()
