@@ -22,7 +22,9 @@ EMBEDDING_OUTPUT_DTYPES = ("fp32", "bf16", "fp16", "autocast")
 EMBEDDING_WEIGHT_DTYPES = ("fp32", "fp16")
 EMBEDDING_BOUNDS_CHECKS = ("auto", "on", "off")
 WEIGHT_BYTES = {"fp32": 4, "fp16": 2}
-COMPILE_MODES = ("default", "reduce-overhead")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+# the modes in which torch.compile replays the compiled parts as CUDA graphs
+GRAPHED_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 
 
 @dataclass
@@ -76,7 +78,11 @@ class ModelConfig:
     pays where the host needs about as long per step as the GPU, the case of DLRM-DCNv2 on one
     fast GPU. Costs a recording per shape and grad mode, the inputs that come from outside a graph
     (dense features, pooled embeddings) copied into its static buffers each step, and a private
-    memory pool. GPU only: on a CPU the parts compile as ``default`` (a warning says so)."""
+    memory pool. GPU only: on a CPU the parts compile as ``default`` (a warning says so).
+    ``max-autotune``: the same CUDA graphs, and Inductor also times its own Triton GEMM templates
+    (with the following elementwise work fused into their epilogues) against the vendor BLAS for
+    each GEMM shape and keeps the faster; the first compile takes minutes (Inductor caches the
+    choices on disk). Same dtypes; the GEMMs' summation order may differ from cuBLAS/hipBLASLt."""
     dcn_autocast_residual: bool = False
     """DCN only: under autocast (mixed precision with ``precision.policy.interaction=autocast``),
     carry the cross net's residual stream ``x_0``, ``x_l`` in the autocast dtype (bf16) instead of
@@ -146,8 +152,9 @@ class ModelConfig:
 
     @property
     def uses_cuda_graphs(self) -> bool:
-        """Whether the compiled parts replay as CUDA graphs (``compile_mode=reduce-overhead``)."""
-        return self.compile_mode == "reduce-overhead" and self.compiles_anything
+        """Whether the compiled parts replay as CUDA graphs (``reduce-overhead``,
+        ``max-autotune``)."""
+        return self.compile_mode in GRAPHED_COMPILE_MODES and self.compiles_anything
 
     def pooling_factors(self) -> dict[str, float]:
         """Expected ids per sample of each table ``t_cat_<i>`` (multi-hot size, 1 for one-hot):

@@ -98,7 +98,8 @@ def compile_dense(model: nn.Module, *, mode: str = "default") -> None:
     wrapped, so parameter names, state-dict keys and TorchRec's pipeline tracing (these modules
     hold no sharded table, so it treats them as leaves) do not change. Static shapes: one graph per
     batch size, grad mode and autocast state. ``mode``: ``torch.compile``'s (``reduce-overhead``
-    replays each part as a CUDA graph; the caller marks each step, :func:`mark_step`).
+    and ``max-autotune`` replay each part as a CUDA graph; the caller marks each step,
+    :func:`mark_step`).
     """
     for part in (model.dense_arch, model.inter_arch, model.over_arch):
         part.forward = torch.compile(part.forward, dynamic=False, mode=mode)
@@ -165,7 +166,8 @@ def compile_crossnet(crossnet: nn.Module, *, mode: str = "default") -> None:
 
 
 def mark_step(cfg: ModelConfig) -> None:
-    """Start a new step of the CUDA-graphed parts (``model.compile_mode=reduce-overhead``).
+    """Start a new step of the CUDA-graphed parts (``model.compile_mode=reduce-overhead`` or
+    ``max-autotune``).
 
     CUDA graph trees reuse their output buffers from one replay to the next; marking each step's
     start tells them the previous step's outputs are no longer read, so the next replay may
@@ -177,13 +179,15 @@ def mark_step(cfg: ModelConfig) -> None:
 
 
 def warn_without_cuda_graphs(cfg: ModelConfig, device: torch.device) -> bool:
-    """Log a warning when ``model.compile_mode=reduce-overhead`` cannot record graphs on
-    ``device`` (PyTorch then compiles the parts as ``default`` without saying so); True if so."""
+    """Log a warning when ``model.compile_mode`` asks for CUDA graphs that cannot be recorded on
+    ``device`` (PyTorch then runs the compiled parts without graphs, without saying so); True if
+    so."""
     if not cfg.uses_cuda_graphs or device.type == "cuda":
         return False
     log.warning(
-        "model.compile_mode=reduce-overhead: the dense parts run on %s, which has no CUDA/HIP "
-        "graphs; they run as compile_mode=default (set it to silence this)",
+        "model.compile_mode=%s: the dense parts run on %s, which has no CUDA/HIP graphs; they "
+        "run without graphs (set model.compile_mode=default to silence this)",
+        cfg.compile_mode,
         device.type,
     )
     return True

@@ -215,8 +215,9 @@ swapin_rounds() {  # swapin_rounds BASE GPUS ROUNDS [extra args]: the loader-fed
 
 rocm() {  # rocm NAME GPUS [overrides]: the recipe AS SHIPPED; only the run's length, the rows
   # cap, the run dir, checkpointing and measurement switches are set here (CPU smoke: small shapes)
+  # RT_TIMEOUT=S rocm ...: a longer timeout than STAGE_T (a stage that compiles for minutes)
   local name=$1 gpus=$2; shift 2
-  run_stage "$name" rocmtrain "$gpus" "$STAGE_T" \
+  run_stage "$name" rocmtrain "$gpus" "${RT_TIMEOUT:-$STAGE_T}" \
     $PY -m rocmtrain recipe=dlrm_dcnv2_h200 "${RT_CPU[@]}" trainer.devices="$gpus" \
     model.max_rows_per_table="$ROWS_CAP" data.num_train_batches="$TRAIN_BATCHES" \
     trainer.max_epochs=1 checkpoint=off run_dir="$WORK/runs/$name" \
@@ -282,6 +283,9 @@ A1=(--bf16 "${ANCHOR_SMALL[@]}")
 #            1-3, profiled in round 1; _boundson / _optforeach: one lever undone each
 #            (model.embedding_bounds_check=on / model.dense_optimizer_impl=foreach); _embfp16:
 #            the tables in fp16 (a memory lever), rounds 1-3
+#   rt_1gpu_fbgemm_bf16_maxat[_rK]: model.compile_mode=max-autotune (Inductor's Triton GEMMs with
+#            fused epilogues timed against cuBLAS per shape), rounds 1-3, profiled in round 1;
+#            its first round autotunes for minutes (a longer timeout; later rounds hit the cache)
 convergence_pair() {  # convergence_pair SFX SEED: the user's command verbatim (200 batches, its
   # validation) and plain TorchRec on the same samples (the recipe's generator on the GPU)
   local sfx=$1 seed=$2 batches val saved extra=()
@@ -316,6 +320,12 @@ for rep in 1 2 3 4 5; do
     rocm "rt_1gpu_fbgemm_bf16_boundson$sfx" 1 model.embedding_bounds_check=on "${NOVAL[@]}"
     rocm "rt_1gpu_fbgemm_bf16_optforeach$sfx" 1 model.dense_optimizer_impl=foreach "${NOVAL[@]}"
     rocm "rt_1gpu_fbgemm_bf16_embfp16$sfx" 1 model.embedding_weight_dtype=fp16 "${NOVAL[@]}"
+  fi
+  if [ "$rep" -le 3 ] && [ "$MODE" = gpu ]; then  # lever: Inductor's autotuned GEMMs (the CPU
+    # smoke compiles nothing)
+    prof=(); tmo=$STAGE_T; [ "$rep" = 1 ] && prof=("${PROF[@]}") && tmo=$(( STAGE_T + 390 ))
+    RT_TIMEOUT=$tmo rocm "rt_1gpu_fbgemm_bf16_maxat$sfx" 1 model.compile_mode=max-autotune \
+      "${NOVAL[@]}" "${prof[@]}"
   fi
   [ "$rep" = 1 ] && convergence_pair "" 1234
   if [ "$rep" -le 3 ]; then  # the recipe trained from MLPerf-layout multi-hot files

@@ -1,5 +1,6 @@
-"""``model.compile_mode=reduce-overhead`` on a real GPU: the dense parts replayed as CUDA graphs
-train what the eager model trains.
+"""``model.compile_mode=reduce-overhead`` (and ``max-autotune``: the same graphs around Inductor's
+autotuned GEMMs) on a real GPU: the dense parts replayed as CUDA graphs train what the eager model
+trains.
 
 Reference: the same dense model run eagerly in fp64 from the same weights, stepping the same SGD
 updates. Several steps, with a no-grad (validation) forward in between, so a replay that read
@@ -53,23 +54,26 @@ def _train(model, cfg, batches) -> list[tuple]:
     return out
 
 
-@pytest.mark.parametrize("interaction", ["dcn", "dot"])
-def test_cuda_graph_replays_train_like_fp64_eager(interaction: str) -> None:
+@pytest.mark.parametrize(
+    ("interaction", "mode"),
+    [("dcn", "reduce-overhead"), ("dot", "reduce-overhead"), ("dcn", "max-autotune")],
+)
+def test_cuda_graph_replays_train_like_fp64_eager(interaction: str, mode: str) -> None:
     precision = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")  # no TF32: compare fp32 with fp64
     try:
-        _check_against_fp64(interaction)
+        _check_against_fp64(interaction, mode)
     finally:
         torch.set_float32_matmul_precision(precision)
 
 
-def _check_against_fp64(interaction: str) -> None:
+def _check_against_fp64(interaction: str, mode: str) -> None:
     from torch._dynamo.utils import counters
 
     torch.manual_seed(0)
     eager_cfg = small_cfg(interaction, dcn_num_layers=2)
     graph_cfg = small_cfg(
-        interaction, dcn_num_layers=2, compile_dense=True, compile_mode="reduce-overhead"
+        interaction, dcn_num_layers=2, compile_dense=True, compile_mode=mode
     )
     graph_cfg.validate()
     assert graph_cfg.uses_cuda_graphs

@@ -253,6 +253,7 @@ def test_config_rejects_a_compile_mode_without_compiled_parts() -> None:
     graphed = small_cfg(compile_interaction=True, compile_mode="reduce-overhead")
     graphed.validate()
     assert graphed.uses_cuda_graphs and not small_cfg(compile_dense=True).uses_cuda_graphs
+    assert small_cfg(compile_dense=True, compile_mode="max-autotune").uses_cuda_graphs
 
 
 def test_cuda_graphs_without_a_gpu_are_a_warning(caplog) -> None:
@@ -263,4 +264,7 @@ def test_cuda_graphs_without_a_gpu_are_a_warning(caplog) -> None:
         assert warn_without_cuda_graphs(graphed, torch.device("cpu"))
         assert not warn_without_cuda_graphs(graphed, torch.device("cuda"))
         assert not warn_without_cuda_graphs(small_cfg(compile_dense=True), torch.device("cpu"))
+        tuned = small_cfg(compile_dense=True, compile_mode="max-autotune")
+        assert warn_without_cuda_graphs(tuned, torch.device("cpu"))
     assert caplog.text.count("compile_mode=reduce-overhead") == 1 and "cpu" in caplog.text
+    assert caplog.text.count("compile_mode=max-autotune") == 1
