@@ -323,7 +323,7 @@ for rep in 1 2 3 4 5; do
   fi
   if [ "$rep" -le 3 ] && [ "$MODE" = gpu ]; then  # lever: Inductor's autotuned GEMMs (the CPU
     # smoke compiles nothing)
-    prof=(); tmo=$STAGE_T; [ "$rep" = 1 ] && prof=("${PROF[@]}") && tmo=$(( STAGE_T + 390 ))
+    prof=(); tmo=$STAGE_T; [ "$rep" = 1 ] && prof=("${PROF[@]}") && tmo=$(( STAGE_T + 210 ))
     RT_TIMEOUT=$tmo rocm "rt_1gpu_fbgemm_bf16_maxat$sfx" 1 model.compile_mode=max-autotune \
       "${NOVAL[@]}" "${prof[@]}"
   fi
