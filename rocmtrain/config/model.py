@@ -82,7 +82,10 @@ class ModelConfig:
     ``max-autotune``: the same CUDA graphs, and Inductor also times its own Triton GEMM templates
     (with the following elementwise work fused into their epilogues) against the vendor BLAS for
     each GEMM shape and keeps the faster; the first compile takes minutes (Inductor caches the
-    choices on disk). Same dtypes; the GEMMs' summation order may differ from cuBLAS/hipBLASLt."""
+    choices on disk, ``TORCHINDUCTOR_CACHE_DIR``; point it at shared storage for jobs that land on
+    new nodes) and logs, at error level, the candidate configs that do not fit the GPU's shared
+    memory, which it skips. Same dtypes; the GEMMs' summation order may differ from
+    cuBLAS/hipBLASLt."""
     dcn_autocast_residual: bool = False
     """DCN only: under autocast (mixed precision with ``precision.policy.interaction=autocast``),
     carry the cross net's residual stream ``x_0``, ``x_l`` in the autocast dtype (bf16) instead of
