@@ -86,6 +86,15 @@ class ModelConfig:
     new nodes) and logs, at error level, the candidate configs that do not fit the GPU's shared
     memory, which it skips. Same dtypes; the GEMMs' summation order may differ from
     cuBLAS/hipBLASLt."""
+    compile_ddp_optimizer: bool = False
+    """Let Dynamo's DDP optimizer split each compiled part into one graph per DDP gradient bucket
+    (``torch._dynamo.config.optimize_ddp``, ``torch.compile``'s own default for code that runs
+    inside ``DistributedDataParallel``, where TorchRec puts the dense part, one GPU included).
+    ``false`` (rocmtrain's default): each compiled part stays one graph. A split costs, at each
+    edge, an eager sum of the gradients of the tensors the graphs share (the DCN's ``x_0``, a
+    ``[B, 27*D]`` pass) and, with CUDA graphs, a copy of it into the next graph's static input;
+    what it buys is an all-reduce that starts per bucket inside a part's backward instead of at
+    its end, which only several GPUs can use. GPU measurements: ``scripts/bench/BENCHMARKS.md``."""
     dcn_autocast_residual: bool = False
     """DCN only: under autocast (mixed precision with ``precision.policy.interaction=autocast``),
     carry the cross net's residual stream ``x_0``, ``x_l`` in the autocast dtype (bf16) instead of
@@ -190,6 +199,13 @@ class ModelConfig:
         check_choice(
             "model.embedding_bounds_check", self.embedding_bounds_check, EMBEDDING_BOUNDS_CHECKS
         )
+        if self.compile_ddp_optimizer and not self.compiles_anything:
+            raise ConfigError(
+                "model.compile_ddp_optimizer",
+                True,
+                "it splits the compiled parts: set model.compile_dense=true (or "
+                "model.compile_interaction=true with model.interaction=dcn), or leave it false",
+            )
         if self.compile_mode != "default" and not self.compiles_anything:
             raise ConfigError(
                 "model.compile_mode",

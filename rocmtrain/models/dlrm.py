@@ -14,7 +14,9 @@ attached with ``apply_optimizer_in_backward`` so TorchRec fuses it into the TBE 
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -80,16 +82,22 @@ def build_dlrm(cfg: ModelConfig, *, dense_device: torch.device | None = None) ->
         if cfg.dcn_autocast_residual:
             model.inter_arch.crossnet.__class__ = AutocastResidualCrossNet
         if cfg.compile_interaction and not cfg.compile_dense:
-            compile_crossnet(model.inter_arch.crossnet, mode=cfg.compile_mode)
+            compile_crossnet(
+                model.inter_arch.crossnet,
+                mode=cfg.compile_mode,
+                ddp_optimizer=cfg.compile_ddp_optimizer,
+            )
     else:
         model = DLRM(**common)
     model.sparse_arch.__class__ = OrderedSparseArch
     if cfg.compile_dense:
-        compile_dense(model, mode=cfg.compile_mode)
+        compile_dense(model, mode=cfg.compile_mode, ddp_optimizer=cfg.compile_ddp_optimizer)
     return model
 
 
-def compile_dense(model: nn.Module, *, mode: str = "default") -> None:
+def compile_dense(
+    model: nn.Module, *, mode: str = "default", ddp_optimizer: bool = False
+) -> None:
     """``torch.compile`` the ``forward`` of the bottom MLP, the interaction and the top MLP in place.
 
     The ``forward`` methods are compiled, not the modules' calls: the precision policy's fp32
@@ -99,10 +107,39 @@ def compile_dense(model: nn.Module, *, mode: str = "default") -> None:
     hold no sharded table, so it treats them as leaves) do not change. Static shapes: one graph per
     batch size, grad mode and autocast state. ``mode``: ``torch.compile``'s (``reduce-overhead``
     and ``max-autotune`` replay each part as a CUDA graph; the caller marks each step,
-    :func:`mark_step`).
+    :func:`mark_step`). ``ddp_optimizer``: see :func:`compile_whole`.
     """
     for part in (model.dense_arch, model.inter_arch, model.over_arch):
-        part.forward = torch.compile(part.forward, dynamic=False, mode=mode)
+        part.forward = compile_whole(part.forward, mode=mode, ddp_optimizer=ddp_optimizer)
+
+
+def compile_whole(
+    fn: Callable[..., Any], *, mode: str = "default", ddp_optimizer: bool = False
+) -> Callable[..., Any]:
+    """``torch.compile(fn)`` as one static-shape graph, also where ``fn`` runs inside DDP.
+
+    Called inside ``DistributedDataParallel.forward`` (TorchRec puts the dense part there, on one
+    GPU too), Dynamo's DDP optimizer splits a compiled function into one graph per DDP bucket (25
+    MB of parameters: the DCN cross net became three graphs, the top MLP two). At each split the
+    autograd engine then adds the gradient contributions of a tensor the graphs share in eager
+    (the cross net's ``x_0``, ``[B, 27*D]``) and, with CUDA graphs, that sum is copied into the
+    next graph's static input: two passes over ``[B, 27*D]`` a step, more launches, no gain on one
+    GPU. Here each part stays one graph (``torch._dynamo.config.optimize_ddp=False`` while it is
+    traced and run); DDP's C++ reducer still all-reduces its gradients, bucket by bucket, once the
+    part's backward has produced them, overlapped with the backward of the parts before it and
+    the embedding backward. ``ddp_optimizer=True`` (``model.compile_ddp_optimizer``) leaves
+    Dynamo's split on.
+    """
+    compiled = torch.compile(fn, dynamic=False, mode=mode)
+    if ddp_optimizer:
+        return compiled
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with torch._dynamo.config.patch(optimize_ddp=False):
+            return compiled(*args, **kwargs)
+
+    return run
 
 
 class OrderedSparseArch(SparseArch):
@@ -155,14 +192,17 @@ class AutocastResidualCrossNet(LowRankCrossNet):
         return x_l
 
 
-def compile_crossnet(crossnet: nn.Module, *, mode: str = "default") -> None:
-    """``torch.compile`` a cross network in place (``nn.Module.compile``: parameter names and
-    state-dict keys stay as they are, so checkpoints and the sharding plan do not change).
+def compile_crossnet(
+    crossnet: nn.Module, *, mode: str = "default", ddp_optimizer: bool = False
+) -> None:
+    """``torch.compile`` a cross network's ``forward`` in place (:func:`compile_whole`: parameter
+    names and state-dict keys stay as they are, so checkpoints and the sharding plan do not
+    change).
 
     Static shapes: one graph per batch size and grad mode (training, validation); the fused
     elementwise kernels keep eager's dtypes.
     """
-    crossnet.compile(dynamic=False, mode=mode)
+    crossnet.forward = compile_whole(crossnet.forward, mode=mode, ddp_optimizer=ddp_optimizer)
 
 
 def mark_step(cfg: ModelConfig) -> None:

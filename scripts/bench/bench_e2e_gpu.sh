@@ -286,6 +286,9 @@ A1=(--bf16 "${ANCHOR_SMALL[@]}")
 #   rt_1gpu_fbgemm_bf16_maxat[_rK]: model.compile_mode=max-autotune (Inductor's Triton GEMMs with
 #            fused epilogues timed against cuBLAS per shape), rounds 1-3, profiled in round 1;
 #            its first round autotunes for minutes (a longer timeout; later rounds hit the cache)
+#   rt_1gpu_fbgemm_bf16_ddpopt[_rK]: model.compile_ddp_optimizer=true (each compiled part split
+#            into one graph per DDP bucket, torch.compile's default under DDP), rounds 1-3,
+#            profiled in round 1
 convergence_pair() {  # convergence_pair SFX SEED: the user's command verbatim (200 batches, its
   # validation) and plain TorchRec on the same samples (the recipe's generator on the GPU)
   local sfx=$1 seed=$2 batches val saved extra=()
@@ -326,6 +329,12 @@ for rep in 1 2 3 4 5; do
     prof=(); tmo=$STAGE_T; [ "$rep" = 1 ] && prof=("${PROF[@]}") && tmo=$(( STAGE_T + 210 ))
     RT_TIMEOUT=$tmo rocm "rt_1gpu_fbgemm_bf16_maxat$sfx" 1 model.compile_mode=max-autotune \
       "${NOVAL[@]}" "${prof[@]}"
+  fi
+  if [ "$rep" -le 3 ] && [ "$MODE" = gpu ]; then  # lever undone: Dynamo's DDP optimizer splits
+    # each compiled part at DDP's buckets (torch.compile's default; the CPU smoke compiles nothing)
+    prof=(); [ "$rep" = 1 ] && prof=("${PROF[@]}")
+    rocm "rt_1gpu_fbgemm_bf16_ddpopt$sfx" 1 model.compile_ddp_optimizer=true "${NOVAL[@]}" \
+      "${prof[@]}"
   fi
   [ "$rep" = 1 ] && convergence_pair "" 1234
   if [ "$rep" -le 3 ]; then  # the recipe trained from MLPerf-layout multi-hot files
