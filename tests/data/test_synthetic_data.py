@@ -191,3 +191,23 @@ def test_bad_table_specs_are_rejected():
         _dm(multi_hot=[1, 2])
     with pytest.raises(DataConfigError, match=r"model\.num_embeddings_per_feature\[1\]=0"):
         _dm(rows=[5, 0], multi_hot=None)
+
+
+def test_compiled_batch_making_is_the_eager_arithmetic():
+    """What a GPU run compiles (ids, key-major values, hidden logit, dense features from the
+    draws) against the eager function on the same draws: the same ids and dense features, the
+    logit to fp64 rounding (Inductor may sum the effects in another order). Compiled here on the
+    CPU: the same graph a GPU run compiles, another code generator."""
+    signal = _dm().train_source.signal
+    gen = torch.Generator().manual_seed(3)
+    z = torch.randn(128, 13, dtype=torch.float64, generator=gen)  # generate()'s draw order
+    u = signal._uniform(128, gen)
+    want = signal._made_from_draws(u, z)
+    got = torch.compile(signal._made_from_draws, dynamic=False)(u, z)
+    assert torch.equal(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1], rtol=0, atol=1e-12)
+    assert torch.equal(got[2], want[2])
+    # and the eager function is what generate() packs: its values are the batch's KJT values
+    batch = signal.generate(128, torch.Generator().manual_seed(3))
+    assert torch.equal(batch.sparse_features.values(), want[0])
+    assert torch.equal(batch.dense_features, want[2])

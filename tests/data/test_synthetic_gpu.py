@@ -66,3 +66,20 @@ def test_the_planted_signal_survives_the_move_to_the_gpu():
         assert abs(float(labels.mean()) - 0.25) < 0.01  # the calibrated click rate
         auc = _auc(source.signal.logit(batch), labels)
         assert 0.85 < auc < 0.95, auc  # Bayes-optimal AUC of the planted signal ~0.9
+
+
+def test_the_compiled_gpu_batch_is_the_eager_arithmetic():
+    """The GPU batch (made by the compiled function) against the eager function on the same
+    draws, on the GPU: the same ids and dense features, the labels from the same logit."""
+    from rocmtrain.data.batch import generator
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    source, _ = _source(device)
+    batch = source.global_block_batch(0)
+    gen = generator(source.signal.seed, source.split_code, 0, device=device)
+    z = torch.randn(65536, 13, generator=gen, dtype=torch.float64, device=device)
+    values, logit, dense = source.signal._made_from_draws(source.signal._uniform(65536, gen), z)
+    assert torch.equal(batch.sparse_features.values(), values)
+    assert torch.equal(batch.dense_features, dense)
+    labels = torch.bernoulli(torch.sigmoid(logit), generator=gen)
+    assert torch.equal(batch.labels, labels)
