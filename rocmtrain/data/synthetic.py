@@ -27,8 +27,9 @@ With ``data.cache_batches=N`` (GPU throughput runs) the training split is ``N`` 
 generated once and cycled (batch ``i`` of an epoch is block ``order(i) % N``), pinned once with
 ``pin_memory``. Generation is vectorised: ~1-5 ms for 256 x 26 ids on one core. A GPU run
 generates on the GPU by default (``data.generate_on``), where an MLPerf-sized batch (65,536 x 214
-ids) is a few hundred microseconds of device work instead of ~0.5 s of one host core; the same
-code runs there, seeded by a generator on the device.
+ids) is a fraction of a millisecond of device work instead of ~0.5 s of one host core; the same
+code runs there, seeded by a generator on the device, with what is made from the draws compiled
+into a few fused kernels (``PlantedSignal.generate``).
 """
 
 from __future__ import annotations
