@@ -107,10 +107,45 @@ def compile_dense(
     hold no sharded table, so it treats them as leaves) do not change. Static shapes: one graph per
     batch size, grad mode and autocast state. ``mode``: ``torch.compile``'s (``reduce-overhead``
     and ``max-autotune`` replay each part as a CUDA graph; the caller marks each step,
-    :func:`mark_step`). ``ddp_optimizer``: see :func:`compile_whole`.
+    :func:`mark_step`). ``ddp_optimizer``: see :func:`compile_whole`. The interaction hands the
+    embedding kernel a contiguous gradient (:class:`ContiguousGrad`).
     """
+    model.inter_arch.forward = _contiguous_sparse_grad(model.inter_arch.forward)
     for part in (model.dense_arch, model.inter_arch, model.over_arch):
         part.forward = compile_whole(part.forward, mode=mode, ddp_optimizer=ddp_optimizer)
+
+
+class ContiguousGrad(torch.autograd.Function):
+    """Identity whose backward hands on a contiguous gradient.
+
+    The interaction concatenates the bottom MLP's output and the pooled embeddings; the gradient
+    of the embeddings is then a strided slice of the concatenation's gradient, and the embedding
+    kernel's backward (FBGEMM's TBE) copies it to a contiguous tensor first, an eager strided copy
+    of ``[B, F*D]`` (one of the slower kernels of a DLRM-DCNv2 step). Applied inside the compiled
+    interaction, the copy becomes part of the graph, where Inductor writes it with vectorized
+    stores or straight from the kernel that makes the gradient.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad.contiguous()
+
+
+def _contiguous_sparse_grad(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """An interaction's ``forward(dense_features, sparse_features)`` whose ``sparse_features``
+    gradient comes back contiguous (:class:`ContiguousGrad`)."""
+
+    @functools.wraps(forward)
+    def run(dense_features: torch.Tensor, sparse_features: torch.Tensor) -> torch.Tensor:
+        return forward(
+            dense_features=dense_features, sparse_features=ContiguousGrad.apply(sparse_features)
+        )
+
+    return run
 
 
 def compile_whole(

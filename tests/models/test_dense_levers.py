@@ -268,3 +268,23 @@ def test_cuda_graphs_without_a_gpu_are_a_warning(caplog) -> None:
         assert warn_without_cuda_graphs(tuned, torch.device("cpu"))
     assert caplog.text.count("compile_mode=reduce-overhead") == 1 and "cpu" in caplog.text
     assert caplog.text.count("compile_mode=max-autotune") == 1
+
+
+@pytest.mark.parametrize("interaction", ["dcn", "dot"])
+def test_compiled_interaction_hands_the_embeddings_a_contiguous_gradient(interaction) -> None:
+    """Eagerly the pooled embeddings' gradient is a strided slice of the concatenation's (the
+    embedding kernel would copy it); the compiled interaction returns it contiguous, same values."""
+    torch.manual_seed(0)
+    eager = build_dlrm(small_cfg(interaction))
+    compiled = build_dlrm(small_cfg(interaction, compile_dense=True))
+    compiled.load_state_dict(eager.state_dict())
+    grads = {}
+    for name, model in (("eager", eager), ("compiled", compiled)):
+        torch.manual_seed(1)
+        dense, leaf = torch.randn(B, 13), torch.randn(B, F, D, requires_grad=True)
+        sparse = leaf.clone()  # a non-leaf, like the kernel's output: its hook sees the gradient
+        sparse.register_hook(lambda g, name=name: grads.__setitem__(name, g))  # as handed on
+        dense_forward(model, dense, sparse).sum().backward()
+    assert not grads["eager"].is_contiguous()  # what the kernel would have to copy
+    assert grads["compiled"].is_contiguous()
+    torch.testing.assert_close(grads["compiled"], grads["eager"], rtol=1e-5, atol=1e-6)
