@@ -299,6 +299,34 @@ def _lever_lines(grouped: dict[str, dict[str, Any]]) -> list[str]:
     return ["## Dense levers (1 GPU, bf16; against `_base` = the levers off)", "", *out, ""]
 
 
+#: stages that run the recipe with one of its step levers undone (or one more added), and what
+#: each changes; the recipe's ratio against each is what that lever buys (below 1: the variant
+#: is faster, a lever not (yet) in the recipe)
+STEP_VARIANTS = (
+    ("rt_1gpu_fbgemm_bf16_before", "its step levers undone (bounds check on, foreach Adagrad)"),
+    ("rt_1gpu_fbgemm_bf16_boundson", "model.embedding_bounds_check=on"),
+    ("rt_1gpu_fbgemm_bf16_optforeach", "model.dense_optimizer_impl=foreach"),
+    ("rt_1gpu_fbgemm_bf16_ddpopt", "model.compile_ddp_optimizer=true (split at DDP's buckets)"),
+    ("rt_1gpu_fbgemm_bf16_semi", "strategy.pipeline=semi_sync"),
+    ("rt_1gpu_fbgemm_bf16_embfp16", "model.embedding_weight_dtype=fp16"),
+    ("rt_1gpu_fbgemm_bf16_maxat", "model.compile_mode=max-autotune"),
+)
+
+
+def _step_variant_lines(grouped: dict[str, dict[str, Any]]) -> list[str]:
+    """The recipe against each of its step variants run in the same rounds (median of the
+    readings and the lower bound: the recipe's slowest over the variant's fastest)."""
+    head = "rt_1gpu_fbgemm_bf16"
+    out = [
+        f"- `{head}` vs `{name}` ({what}): {_fmt_ratio(ratio(grouped, head, name), 3)}"
+        for name, what in STEP_VARIANTS
+        if name in grouped and grouped[name]["median"] and head in grouped
+    ]
+    if not out:
+        return []
+    return ["## Step levers (1 GPU, bf16; the recipe against each variant)", "", *out, ""]
+
+
 def targets(rows: list[dict[str, Any]]) -> list[str]:
     grouped = groups(rows)
     lines = []
@@ -558,6 +586,7 @@ def render(rows: list[dict[str, Any]], stages, *, mode: str, env: str, plot: str
             f"{_fmt(r['scaling'], '.2f')} | {auc_s} | {train_s} | {_fmt(r['seconds'], 'd')} |"
         )
     out += [""] + repeats_table(rows) + _lever_lines(groups(rows))
+    out += _step_variant_lines(groups(rows))
     out += ["## Targets", ""] + (targets(rows) or ["- no rocmtrain result yet"]) + [""]
     if plot:
         out += ["## Convergence (new batches every step; same seed and samples)", "", plot, ""]

@@ -166,7 +166,7 @@ def test_variants_timelines_and_sync_sites(tmp_path):
 def test_repeats_best_anchor_levers_convergence_and_swapin(tmp_path):
     """Repeats (``_r<k>``) form groups; every ratio is against the best anchor group (the compiled
     one here), with the lower bound min(rocmtrain)/max(anchor); the levers are compared with
-    ``_base``; the convergence pair gives the AUC gap and convergence.png; swap-in stages are
+    ``_base`` and the recipe with each step variant; the convergence pair gives the AUC gap and convergence.png; swap-in stages are
     compared with the anchor of the same compile setting."""
     runs = tmp_path / "runs"
     stages = []
@@ -194,6 +194,8 @@ def test_repeats_best_anchor_levers_convergence_and_swapin(tmp_path):
     run("rt_1gpu_fbgemm_bf16_r2", 2.6e6)
     anchor("anchor_1gpu_bf16_compiled_r3", 2.0e6)
     run("rt_1gpu_fbgemm_bf16_r3", 2.8e6)
+    run("rt_1gpu_fbgemm_bf16_ddpopt", 2.5e6)
+    run("rt_1gpu_fbgemm_bf16_ddpopt_r2", 2.55e6)
     losses = [0.6 - 0.001 * i for i in range(60)]
     anchor("anchor_1gpu_bf16_compiled_fresh", 1.5e6, step_losses=losses,
            history=[{"val_auc": 0.70}, {"val_auc": 0.80}, {"val_auc": 0.850}])  # fmt: skip
@@ -237,6 +239,12 @@ def test_repeats_best_anchor_levers_convergence_and_swapin(tmp_path):
     assert "target lower bound >= 1.2x and >= 2.5 M: missed" in md
     assert "peak memory rt_1gpu_fbgemm_bf16 30.0 GiB vs anchor 36.0 GiB: MET" in md
     assert "`rt_1gpu_fbgemm_bf16_densec` (model.compile_dense=true): 1.10x" in md
+    # a step lever: the recipe (2.6-2.8 M, median 2.7) against its variant (2.5, 2.55: median
+    # 2.525 M): 2.7 / 2.525 = 1.069, lower bound 2.6 / 2.55 = 1.020
+    assert (
+        "- `rt_1gpu_fbgemm_bf16` vs `rt_1gpu_fbgemm_bf16_ddpopt` (model.compile_ddp_optimizer=true "
+        "(split at DDP's buckets)): 1.069x (lower bound 1.020x, n=3/2)" in md
+    )
     # the recipe (median 2.7 M of 2.6-2.8 M) against its CUDA-graph-free twin (one reading)
     assert (
         "CUDA graphs (model.compile_mode=reduce-overhead): `rt_1gpu_fbgemm_bf16` 1.20x "
