@@ -121,8 +121,8 @@ class DataConfig:
     generate_on: str = "auto"
     """Synthetic only: where batches are generated. ``"auto"``: on the training device (a GPU run
     makes its batches on the GPU, a few compiled kernels and well under a millisecond for
-    65,536 MLPerf-sized samples, no host work and no copy) unless ``num_workers`` asks for loader processes; ``"device"``:
-    on the training device always; ``"cpu"``: on the host (in ``num_workers`` processes, if any).
+    65,536 MLPerf-sized samples, no host work and no copy) unless ``num_workers`` asks for
+    loader processes; ``"device"``: on the training device always; ``"cpu"``: on the host (in ``num_workers`` processes, if any).
     Every choice draws each batch from its own seed, so any batch can be rebuilt on resume; the
     same seed gives other samples on a GPU than on the CPU (different random number engines)."""
 

@@ -104,7 +104,8 @@ class PlantedSignal:
 
     def _calibrate_bias(self, base_ctr: float, gen: torch.Generator) -> float:
         """Bias so that the mean click rate is ``base_ctr`` (bisection on 16k samples)."""
-        logit = self._unbiased_logit(*self._features(16384, gen))
+        z, u = self._draws(16384, gen)
+        logit = self._unbiased_logit(z, self._ids(u).split(self.multi_hot, dim=1))
         lo, hi = -30.0, 30.0
         for _ in range(60):
             mid = 0.5 * (lo + hi)
@@ -150,11 +151,13 @@ class PlantedSignal:
             found = self._by_device[device] = tuple(t.to(device) for t in host)
         return found
 
-    def _features(self, batch_size: int, gen: torch.Generator):
+    def _draws(self, batch_size: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """The random draws of ``batch_size`` samples, in order: the dense features' normals
+        ``z`` ``[B, D]`` and the ids' uniforms ``[B, sum(L)]`` (:meth:`_uniform`), both fp64."""
         z = torch.randn(
             batch_size, self.num_dense, generator=gen, dtype=torch.float64, device=gen.device
         )
-        return z, self.sample_ids((batch_size, sum(self.multi_hot)), gen)
+        return z, self._uniform(batch_size, gen)
 
     def _unbiased_logit(self, z: torch.Tensor, ids: Sequence[torch.Tensor]) -> torch.Tensor:
         logit = z @ self._constants(z.device)[3]
@@ -171,10 +174,7 @@ class PlantedSignal:
         fp64/int64 tensors and ~30 launches a batch, a few percent of a DLRM-DCNv2 step on one
         GPU; compiled, a few fused kernels with the same arithmetic.
         """
-        z = torch.randn(
-            batch_size, self.num_dense, generator=gen, dtype=torch.float64, device=gen.device
-        )
-        u = self._uniform(batch_size, gen)
+        z, u = self._draws(batch_size, gen)
         values, logit, dense = self._fused(gen.device)(u, z)
         labels = torch.bernoulli(torch.sigmoid(logit), generator=gen)
         return make_batch_from_values(dense, values, self.multi_hot, labels)

@@ -95,9 +95,7 @@ def build_dlrm(cfg: ModelConfig, *, dense_device: torch.device | None = None) ->
     return model
 
 
-def compile_dense(
-    model: nn.Module, *, mode: str = "default", ddp_optimizer: bool = False
-) -> None:
+def compile_dense(model: nn.Module, *, mode: str = "default", ddp_optimizer: bool = False) -> None:
     """``torch.compile`` the ``forward`` of the bottom MLP, the interaction and the top MLP in place.
 
     The ``forward`` methods are compiled, not the modules' calls: the precision policy's fp32
@@ -155,7 +153,7 @@ def compile_whole(
 
     Called inside ``DistributedDataParallel.forward`` (TorchRec puts the dense part there, on one
     GPU too), Dynamo's DDP optimizer splits a compiled function into one graph per DDP bucket (25
-    MB of parameters: the DCN cross net became three graphs, the top MLP two). At each split the
+    MB of parameters: at DLRM-DCNv2 sizes three graphs for the cross net, two for the top MLP). At each split the
     autograd engine then adds the gradient contributions of a tensor the graphs share in eager
     (the cross net's ``x_0``, ``[B, 27*D]``) and, with CUDA graphs, that sum is copied into the
     next graph's static input: two passes over ``[B, 27*D]`` a step, more launches, no gain on one

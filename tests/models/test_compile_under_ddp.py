@@ -52,9 +52,7 @@ def _cfg(**overrides):
 
 @pytest.fixture
 def one_rank_group(tmp_path):
-    dist.init_process_group(
-        "gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1
-    )
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
     try:
         yield
     finally:
